@@ -1,0 +1,262 @@
+//! Daemon configuration: a TOML file (default `/etc/crust/config.toml`, optional) over embedded
+//! defaults, with command-line flags applied last. It is validated once, at start, so the rest of
+//! the daemon can rely on every value in it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the configuration file is looked for when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/crust/config.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("parsing {path}: {source}")]
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// gRPC endpoint: `unix:///path` or a bare path.
+    pub listen: String,
+    /// Persistent data: images, container layers.
+    pub root: PathBuf,
+    /// Runtime state that dies with the machine: sandboxes, namespaces, sockets.
+    pub state: PathBuf,
+    pub log_level: String,
+    pub log_format: LogFormat,
+    pub cgroup_driver: CgroupDriver,
+    /// Parent cgroup for pods whose request names none.
+    pub default_cgroup_parent: String,
+    /// The runtime handler used when a request names none.
+    pub default_runtime_handler: String,
+    /// Runtime handlers a pod may ask for.
+    pub runtime_handlers: Vec<String>,
+    pub network: NetworkConfig,
+    pub registry: RegistryConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// CNI network configuration directory; the lexically first config in it is used.
+    pub conf_dir: PathBuf,
+    /// Directories searched, in order, for CNI plugin binaries.
+    pub bin_dirs: Vec<PathBuf>,
+    /// How long one CNI plugin invocation may take.
+    pub plugin_timeout_ms: u64,
+}
+
+/// Registry access, read by the image service.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Mirrors per registry host, tried in order before the host itself.
+    pub mirrors: BTreeMap<String, MirrorConfig>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MirrorConfig {
+    pub endpoints: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "unix:///run/crust/crust.sock".into(),
+            root: "/var/lib/crust".into(),
+            state: "/run/crust".into(),
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            default_cgroup_parent: "/crust".into(),
+            default_runtime_handler: "runc".into(),
+            runtime_handlers: vec!["runc".into()],
+            network: NetworkConfig::default(),
+            registry: RegistryConfig::default(),
+        }
+    }
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            conf_dir: "/etc/cni/net.d".into(),
+            bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            plugin_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// Values given on the command line; each one set replaces the file's.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub root: Option<PathBuf>,
+    pub state: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+impl Config {
+    /// Loads `path` (or the default path when it exists), applies `overrides` and validates.
+    pub fn load(path: Option<&Path>, overrides: Overrides) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            Some(p) => Self::from_file(p)?,
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                Self::from_file(Path::new(DEFAULT_CONFIG_PATH))?
+            }
+            None => Config::default(),
+        };
+        config.apply(overrides);
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    fn apply(&mut self, o: Overrides) {
+        if let Some(v) = o.listen {
+            self.listen = v;
+        }
+        if let Some(v) = o.root {
+            self.root = v;
+        }
+        if let Some(v) = o.state {
+            self.state = v;
+        }
+        if let Some(v) = o.log_level {
+            self.log_level = v;
+        }
+        if let Some(v) = o.log_format {
+            self.log_format = v;
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        self.socket_path()?;
+        for (name, dir) in [("root", &self.root), ("state", &self.state)] {
+            if !dir.is_absolute() {
+                return invalid(format!("{name} must be an absolute path, got {}", dir.display()));
+            }
+        }
+        if self.root == self.state {
+            return invalid("root and state must be different directories".into());
+        }
+        if !self.runtime_handlers.contains(&self.default_runtime_handler) {
+            return invalid(format!(
+                "default_runtime_handler {:?} is not one of runtime_handlers {:?}",
+                self.default_runtime_handler, self.runtime_handlers
+            ));
+        }
+        if !self.default_cgroup_parent.starts_with('/')
+            && self.cgroup_driver == CgroupDriver::Cgroupfs
+        {
+            return invalid("default_cgroup_parent must start with / for the cgroupfs driver".into());
+        }
+        if self.network.plugin_timeout_ms == 0 {
+            return invalid("network.plugin_timeout_ms must be positive".into());
+        }
+        for (host, mirror) in &self.registry.mirrors {
+            for e in &mirror.endpoints {
+                if !(e.starts_with("http://") || e.starts_with("https://")) {
+                    return invalid(format!(
+                        "registry.mirrors.{host:?}: endpoint {e:?} must start with http:// or https://"
+                    ));
+                }
+            }
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log_level)
+            .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
+        Ok(())
+    }
+
+    /// The unix socket path named by `listen`.
+    pub fn socket_path(&self) -> Result<PathBuf, ConfigError> {
+        let path = self.listen.strip_prefix("unix://").unwrap_or(&self.listen);
+        if path.contains("://") || !path.starts_with('/') {
+            return Err(ConfigError::Invalid(format!(
+                "listen must be unix:///absolute/path or an absolute path, got {:?}",
+                self.listen
+            )));
+        }
+        Ok(PathBuf::from(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.socket_path().unwrap(), PathBuf::from("/run/crust/crust.sock"));
+    }
+
+    #[test]
+    fn file_values_and_overrides() {
+        let mut c = Config::parse(
+            r#"
+            root = "/data/crust"
+            [network]
+            conf_dir = "/tmp/net.d"
+            [registry.mirrors."registry.k8s.io"]
+            endpoints = ["http://127.0.0.1:5000"]
+            "#,
+        )
+        .unwrap();
+        c.apply(Overrides { listen: Some("/tmp/c.sock".into()), ..Default::default() });
+        c.validate().unwrap();
+        assert_eq!(c.root, PathBuf::from("/data/crust"));
+        assert_eq!(c.state, PathBuf::from("/run/crust"));
+        assert_eq!(c.network.conf_dir, PathBuf::from("/tmp/net.d"));
+        assert_eq!(c.socket_path().unwrap(), PathBuf::from("/tmp/c.sock"));
+        assert_eq!(c.registry.mirrors["registry.k8s.io"].endpoints, ["http://127.0.0.1:5000"]);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        assert!(Config::parse("nonsense = 1").is_err());
+        let c = Config { listen: "tcp://0.0.0.0:1".into(), ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("listen"));
+        let c = Config { default_runtime_handler: "kata".into(), ..Default::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("kata"));
+    }
+}

@@ -1,0 +1,346 @@
+//! RuntimeService: version, status and runtime config here; pod sandbox RPCs delegate to
+//! `sandbox::Sandboxes`. RPCs not built yet answer `Unimplemented` with a sentence saying so.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use super::pb::{self, runtime_service_server::RuntimeService};
+use super::status::{invalid, unimplemented};
+use super::convert;
+use crate::config::CgroupDriver;
+use crate::network::Cni;
+use crate::sandbox::Sandboxes;
+
+pub struct RuntimeServer {
+    pub sandboxes: Arc<Sandboxes>,
+    pub cni: Arc<Cni>,
+    pub cgroup_driver: CgroupDriver,
+    pub handlers: Vec<String>,
+    /// Configuration as loaded, for Status's verbose info.
+    pub config_info: String,
+    pub pod_cidr: Mutex<String>,
+}
+
+type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Kubelet's limit on ListPodSandbox responses is the gRPC message size; streams send pods in
+/// batches this size.
+const STREAM_BATCH: usize = 500;
+
+#[tonic::async_trait]
+impl RuntimeService for RuntimeServer {
+    type StreamPodSandboxesStream = Stream_<pb::StreamPodSandboxesResponse>;
+    type StreamContainersStream = Stream_<pb::StreamContainersResponse>;
+    type StreamContainerStatsStream = Stream_<pb::StreamContainerStatsResponse>;
+    type StreamPodSandboxStatsStream = Stream_<pb::StreamPodSandboxStatsResponse>;
+    type GetContainerEventsStream = Stream_<pb::ContainerEventResponse>;
+    type StreamPodSandboxMetricsStream = Stream_<pb::StreamPodSandboxMetricsResponse>;
+
+    async fn version(
+        &self,
+        _: Request<pb::VersionRequest>,
+    ) -> Result<Response<pb::VersionResponse>, Status> {
+        Ok(Response::new(pb::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "crust".into(),
+            runtime_version: env!("CARGO_PKG_VERSION").into(),
+            runtime_api_version: "v1".into(),
+        }))
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        req: Request<pb::RunPodSandboxRequest>,
+    ) -> Result<Response<pb::RunPodSandboxResponse>, Status> {
+        let req = req.into_inner();
+        let spec = convert::sandbox_spec(req.config, req.runtime_handler)?;
+        let span = tracing::info_span!("RunPodSandbox", pod = %spec.metadata.name,
+            namespace = %spec.metadata.namespace, pod_id = tracing::field::Empty);
+        async {
+            let id = self.sandboxes.run(spec).await.inspect_err(log_err)?;
+            tracing::Span::current().record("pod_id", id.as_str());
+            tracing::info!("pod sandbox ready");
+            Ok(Response::new(pb::RunPodSandboxResponse { pod_sandbox_id: id }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        req: Request<pb::StopPodSandboxRequest>,
+    ) -> Result<Response<pb::StopPodSandboxResponse>, Status> {
+        let id = req.into_inner().pod_sandbox_id;
+        async {
+            self.sandboxes.stop(&id).await.inspect_err(log_err)?;
+            tracing::info!("pod sandbox stopped");
+            Ok(Response::new(pb::StopPodSandboxResponse {}))
+        }
+        .instrument(tracing::info_span!("StopPodSandbox", pod_id = %id))
+        .await
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        req: Request<pb::RemovePodSandboxRequest>,
+    ) -> Result<Response<pb::RemovePodSandboxResponse>, Status> {
+        let id = req.into_inner().pod_sandbox_id;
+        async {
+            self.sandboxes.remove(&id).await.inspect_err(log_err)?;
+            tracing::info!("pod sandbox removed");
+            Ok(Response::new(pb::RemovePodSandboxResponse {}))
+        }
+        .instrument(tracing::info_span!("RemovePodSandbox", pod_id = %id))
+        .await
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        req: Request<pb::PodSandboxStatusRequest>,
+    ) -> Result<Response<pb::PodSandboxStatusResponse>, Status> {
+        let req = req.into_inner();
+        let _span = tracing::debug_span!("PodSandboxStatus", pod_id = %req.pod_sandbox_id).entered();
+        let view = self.sandboxes.status(&req.pod_sandbox_id)?;
+        let mut info = std::collections::HashMap::new();
+        if req.verbose {
+            info.insert("info".to_owned(), view.info().to_string());
+        }
+        Ok(Response::new(pb::PodSandboxStatusResponse {
+            status: Some(convert::sandbox_status(&view)),
+            info,
+            containers_statuses: vec![],
+            timestamp: now_nanos(),
+        }))
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        req: Request<pb::ListPodSandboxRequest>,
+    ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
+        let filter = convert::sandbox_filter(req.into_inner().filter);
+        let items = self.sandboxes.list(&filter).iter().map(convert::sandbox).collect();
+        Ok(Response::new(pb::ListPodSandboxResponse { items }))
+    }
+
+    async fn stream_pod_sandboxes(
+        &self,
+        req: Request<pb::StreamPodSandboxesRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
+        let filter = convert::sandbox_filter(req.into_inner().filter);
+        let all: Vec<pb::PodSandbox> =
+            self.sandboxes.list(&filter).iter().map(convert::sandbox).collect();
+        let batches: Vec<_> = all
+            .chunks(STREAM_BATCH)
+            .map(|c| Ok(pb::StreamPodSandboxesResponse { pod_sandboxes: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
+    }
+
+    async fn status(
+        &self,
+        req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let network = match self.cni.ready() {
+            Ok(()) => condition("NetworkReady", None),
+            Err(e) => condition("NetworkReady", Some(("NetworkPluginNotReady", e.to_string()))),
+        };
+        let mut info = std::collections::HashMap::new();
+        if req.into_inner().verbose {
+            info.insert("config".to_owned(), self.config_info.clone());
+            let cni = match self.cni.network() {
+                Ok(list) => serde_json::json!({"network": list.name, "config": list.source,
+                    "plugins": list.plugins.iter().map(|p| &p.kind).collect::<Vec<_>>()}),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            };
+            info.insert("cni".to_owned(), cni.to_string());
+            info.insert("podCIDR".to_owned(), self.pod_cidr.lock().map(|c| c.clone()).unwrap_or_default());
+        }
+        Ok(Response::new(pb::StatusResponse {
+            status: Some(pb::RuntimeStatus {
+                conditions: vec![condition("RuntimeReady", None), network],
+            }),
+            info,
+            runtime_handlers: self
+                .handlers
+                .iter()
+                .map(|h| pb::RuntimeHandler {
+                    name: h.clone(),
+                    features: Some(pb::RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: false,
+                        user_namespaces: false,
+                    }),
+                })
+                .collect(),
+            features: Some(pb::RuntimeFeatures::default()),
+        }))
+    }
+
+    async fn runtime_config(
+        &self,
+        _: Request<pb::RuntimeConfigRequest>,
+    ) -> Result<Response<pb::RuntimeConfigResponse>, Status> {
+        let driver = match self.cgroup_driver {
+            CgroupDriver::Cgroupfs => pb::CgroupDriver::Cgroupfs,
+            CgroupDriver::Systemd => pb::CgroupDriver::Systemd,
+        };
+        Ok(Response::new(pb::RuntimeConfigResponse {
+            linux: Some(pb::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }),
+        }))
+    }
+
+    async fn update_runtime_config(
+        &self,
+        req: Request<pb::UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<pb::UpdateRuntimeConfigResponse>, Status> {
+        let cidr = req
+            .into_inner()
+            .runtime_config
+            .and_then(|c| c.network_config)
+            .map(|n| n.pod_cidr)
+            .unwrap_or_default();
+        for part in cidr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if !valid_cidr(part) {
+                return Err(invalid(format!("pod_cidr {part:?} is not a CIDR such as 10.88.0.0/16")));
+            }
+        }
+        tracing::info!(pod_cidr = %cidr, "runtime config updated");
+        if let Ok(mut c) = self.pod_cidr.lock() {
+            *c = cidr;
+        }
+        Ok(Response::new(pb::UpdateRuntimeConfigResponse {}))
+    }
+
+    async fn create_container(&self, _: Request<pb::CreateContainerRequest>) -> Result<Response<pb::CreateContainerResponse>, Status> {
+        Err(unimplemented("CreateContainer"))
+    }
+
+    async fn start_container(&self, _: Request<pb::StartContainerRequest>) -> Result<Response<pb::StartContainerResponse>, Status> {
+        Err(unimplemented("StartContainer"))
+    }
+
+    async fn stop_container(&self, _: Request<pb::StopContainerRequest>) -> Result<Response<pb::StopContainerResponse>, Status> {
+        Err(unimplemented("StopContainer"))
+    }
+
+    async fn remove_container(&self, _: Request<pb::RemoveContainerRequest>) -> Result<Response<pb::RemoveContainerResponse>, Status> {
+        Err(unimplemented("RemoveContainer"))
+    }
+
+    async fn list_containers(&self, _: Request<pb::ListContainersRequest>) -> Result<Response<pb::ListContainersResponse>, Status> {
+        Err(unimplemented("ListContainers"))
+    }
+
+    async fn container_status(&self, _: Request<pb::ContainerStatusRequest>) -> Result<Response<pb::ContainerStatusResponse>, Status> {
+        Err(unimplemented("ContainerStatus"))
+    }
+
+    async fn update_container_resources(&self, _: Request<pb::UpdateContainerResourcesRequest>) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
+        Err(unimplemented("UpdateContainerResources"))
+    }
+
+    async fn reopen_container_log(&self, _: Request<pb::ReopenContainerLogRequest>) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
+        Err(unimplemented("ReopenContainerLog"))
+    }
+
+    async fn exec_sync(&self, _: Request<pb::ExecSyncRequest>) -> Result<Response<pb::ExecSyncResponse>, Status> {
+        Err(unimplemented("ExecSync"))
+    }
+
+    async fn exec(&self, _: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResponse>, Status> {
+        Err(unimplemented("Exec"))
+    }
+
+    async fn attach(&self, _: Request<pb::AttachRequest>) -> Result<Response<pb::AttachResponse>, Status> {
+        Err(unimplemented("Attach"))
+    }
+
+    async fn port_forward(&self, _: Request<pb::PortForwardRequest>) -> Result<Response<pb::PortForwardResponse>, Status> {
+        Err(unimplemented("PortForward"))
+    }
+
+    async fn container_stats(&self, _: Request<pb::ContainerStatsRequest>) -> Result<Response<pb::ContainerStatsResponse>, Status> {
+        Err(unimplemented("ContainerStats"))
+    }
+
+    async fn list_container_stats(&self, _: Request<pb::ListContainerStatsRequest>) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
+        Err(unimplemented("ListContainerStats"))
+    }
+
+    async fn pod_sandbox_stats(&self, _: Request<pb::PodSandboxStatsRequest>) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
+        Err(unimplemented("PodSandboxStats"))
+    }
+
+    async fn list_pod_sandbox_stats(&self, _: Request<pb::ListPodSandboxStatsRequest>) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
+        Err(unimplemented("ListPodSandboxStats"))
+    }
+
+    async fn checkpoint_container(&self, _: Request<pb::CheckpointContainerRequest>) -> Result<Response<pb::CheckpointContainerResponse>, Status> {
+        Err(unimplemented("CheckpointContainer"))
+    }
+
+    async fn list_metric_descriptors(&self, _: Request<pb::ListMetricDescriptorsRequest>) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
+        Err(unimplemented("ListMetricDescriptors"))
+    }
+
+    async fn list_pod_sandbox_metrics(&self, _: Request<pb::ListPodSandboxMetricsRequest>) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
+        Err(unimplemented("ListPodSandboxMetrics"))
+    }
+
+    async fn update_pod_sandbox_resources(&self, _: Request<pb::UpdatePodSandboxResourcesRequest>) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
+        Err(unimplemented("UpdatePodSandboxResources"))
+    }
+
+    async fn stream_containers(&self, _: Request<pb::StreamContainersRequest>) -> Result<Response<Self::StreamContainersStream>, Status> {
+        Err(unimplemented("StreamContainers"))
+    }
+
+    async fn stream_container_stats(&self, _: Request<pb::StreamContainerStatsRequest>) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
+        Err(unimplemented("StreamContainerStats"))
+    }
+
+    async fn stream_pod_sandbox_stats(&self, _: Request<pb::StreamPodSandboxStatsRequest>) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
+        Err(unimplemented("StreamPodSandboxStats"))
+    }
+
+    async fn get_container_events(&self, _: Request<pb::GetEventsRequest>) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        Err(unimplemented("GetContainerEvents"))
+    }
+
+    async fn stream_pod_sandbox_metrics(&self, _: Request<pb::StreamPodSandboxMetricsRequest>) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
+        Err(unimplemented("StreamPodSandboxMetrics"))
+    }
+}
+
+fn condition(kind: &str, failure: Option<(&str, String)>) -> pb::RuntimeCondition {
+    let (reason, message) = failure.clone().unwrap_or_default();
+    pb::RuntimeCondition {
+        r#type: kind.into(),
+        status: failure.is_none(),
+        reason: reason.into(),
+        message,
+    }
+}
+
+fn valid_cidr(s: &str) -> bool {
+    let Some((ip, bits)) = s.split_once('/') else { return false };
+    match (ip.parse::<std::net::IpAddr>(), bits.parse::<u8>()) {
+        (Ok(std::net::IpAddr::V4(_)), Ok(b)) => b <= 32,
+        (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,
+        _ => false,
+    }
+}
+
+fn log_err<E: std::fmt::Display>(e: &E) {
+    tracing::warn!(error = %e, "request failed");
+}
+
+pub(super) fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}

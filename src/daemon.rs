@@ -1,0 +1,165 @@
+//! `crust serve`: prepares the directories, takes the state lock, recovers sandboxes, then serves
+//! CRI on the unix socket until SIGTERM or SIGINT, letting in-flight RPCs finish. Pods and their
+//! monitors keep running across a daemon stop.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::mount::{MsFlags, mount};
+use tokio::net::UnixListener;
+
+use crate::config::Config;
+use crate::cri::pb::image_service_server::ImageServiceServer;
+use crate::cri::pb::runtime_service_server::RuntimeServiceServer;
+use crate::cri::{ImageServer, RuntimeServer};
+use crate::network::{Cni, CniSettings};
+use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("another crust is serving {0}")]
+    AlreadyRunning(String),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("serving gRPC: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
+    move |source| DaemonError::Io { what, path: path.to_owned(), source }
+}
+
+/// Runs the daemon until it is asked to stop.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()
+        .map_err(io("starting runtime", Path::new("-")))?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> Result<(), DaemonError> {
+    let socket = config.socket_path()?;
+    for dir in [&config.root, &config.state] {
+        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .map_err(io("setting mode of", dir))?;
+    }
+    let _lock = lock_state(&config.state, &socket)?;
+    let sandboxes = Sandboxes::new(sandbox_context(&config)?);
+    prepare_ns_dir(&sandboxes.context().ns_dir())?;
+    std::fs::create_dir_all(sandboxes.context().sandboxes_dir())
+        .map_err(io("creating", &sandboxes.context().sandboxes_dir()))?;
+    let summary = sandboxes.recover().await;
+    tracing::info!(ready = summary.ready, not_ready = summary.not_ready,
+        rolled_back = summary.rolled_back, "recovered pod sandboxes");
+    let listener = bind(&socket)?;
+    let runtime = RuntimeServer {
+        cni: sandboxes.context().cni.clone(),
+        sandboxes,
+        cgroup_driver: config.cgroup_driver,
+        handlers: config.runtime_handlers.clone(),
+        config_info: serde_json::to_string(&config).unwrap_or_default(),
+        pod_cidr: Mutex::new(String::new()),
+    };
+    tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(RuntimeServiceServer::new(runtime))
+        .add_service(ImageServiceServer::new(ImageServer {}))
+        .serve_with_incoming_shutdown(incoming, shutdown_signal())
+        .await?;
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("crust stopped; pods keep running");
+    Ok(())
+}
+
+fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
+    let exe = std::env::current_exe().map_err(io("locating", Path::new("/proc/self/exe")))?;
+    let cni = Cni::new(CniSettings {
+        conf_dir: config.network.conf_dir.clone(),
+        bin_dirs: config.network.bin_dirs.clone(),
+        plugin_timeout: Duration::from_millis(config.network.plugin_timeout_ms),
+    });
+    Ok(SandboxContext {
+        state_dir: config.state.clone(),
+        exe,
+        cni: Arc::new(cni),
+        cgroups: CgroupSettings {
+            driver: config.cgroup_driver,
+            default_parent: config.default_cgroup_parent.clone(),
+            root: "/sys/fs/cgroup".into(),
+        },
+        default_handler: config.default_runtime_handler.clone(),
+        handlers: config.runtime_handlers.clone(),
+        monitor_timeout: Duration::from_secs(10),
+    })
+}
+
+/// One daemon per state directory: the lock is held for the daemon's life.
+fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, DaemonError> {
+    let path = state.join("crust.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("opening", &path))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+        DaemonError::AlreadyRunning(format!(
+            "{} (it holds {}); stop it first",
+            socket.display(),
+            path.display()
+        ))
+    })
+}
+
+/// Namespace pins live in a directory that is its own shared mount (as `ip netns` does), so an
+/// unmount of a pin reaches copies of it in other mount namespaces.
+fn prepare_ns_dir(dir: &Path) -> Result<(), DaemonError> {
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    let shared = |d: &Path| mount(None::<&str>, d, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
+    if shared(dir).is_ok() {
+        return Ok(());
+    }
+    mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| DaemonError::Io { what: "bind-mounting", path: dir.to_owned(), source: e.into() })?;
+    shared(dir).map_err(|e| DaemonError::Io { what: "sharing mount", path: dir.to_owned(), source: e.into() })
+}
+
+/// Binds the CRI socket (mode 0660). A stale socket file is replaced; a live one is an error.
+fn bind(socket: &Path) -> Result<UnixListener, DaemonError> {
+    if let Some(parent) = socket.parent() {
+        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+    }
+    if socket.exists() {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Err(DaemonError::AlreadyRunning(socket.display().to_string()));
+        }
+        std::fs::remove_file(socket).map_err(io("removing stale socket", socket))?;
+    }
+    let listener = UnixListener::bind(socket).map_err(io("binding", socket))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+        .map_err(io("setting mode of", socket))?;
+    Ok(listener)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: finishing in-flight requests"),
+        _ = int.recv() => tracing::info!("SIGINT: finishing in-flight requests"),
+    }
+}

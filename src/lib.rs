@@ -1,0 +1,12 @@
+//! crust: a Kubernetes container runtime speaking CRI v1.
+#![deny(unsafe_code)]
+
+pub mod check;
+pub mod config;
+pub mod cri;
+pub mod daemon;
+pub mod monitor;
+pub mod network;
+pub mod sandbox;
+pub mod store;
+pub mod sys;

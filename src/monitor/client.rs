@@ -1,0 +1,160 @@
+//! The daemon's side of the monitor: spawning one and waiting for its Ready line, sending it
+//! requests, and waiting for it to exit.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+use super::{Identity, LOG, MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    #[error("starting monitor: {0}")]
+    Spawn(std::io::Error),
+    #[error("monitor failed to {step}: {error}")]
+    Setup { step: String, error: String },
+    #[error("monitor exited before it was ready (see {0})")]
+    Vanished(PathBuf),
+    #[error("monitor did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("monitor connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("monitor: {0}")]
+    Protocol(String),
+}
+
+/// A monitor the daemon knows: its identity and its sandbox directory.
+#[derive(Debug, Clone)]
+pub struct MonitorHandle {
+    pub identity: Identity,
+    pub dir: PathBuf,
+}
+
+/// Starts a monitor for `config` with the crust binary `exe` and waits until it is ready.
+pub async fn spawn(
+    exe: &Path,
+    config: &MonitorConfig,
+    timeout: Duration,
+) -> Result<MonitorHandle, MonitorError> {
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(config.dir.join(LOG))
+        .map_err(MonitorError::Spawn)?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(["monitor", "--sandbox", &config.sandbox_id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .current_dir("/")
+        .spawn()
+        .map_err(MonitorError::Spawn)?;
+    let input = serde_json::to_vec(config).unwrap_or_default();
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let handshake = async {
+        stdin.write_all(&input).await?;
+        drop(stdin);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line)
+    };
+    let line = match tokio::time::timeout(timeout, handshake).await {
+        Ok(line) => line?,
+        Err(_) => {
+            let _ = child.start_kill();
+            return Err(MonitorError::Timeout(timeout));
+        }
+    };
+    // The first process exits right after forking the monitor; reap it.
+    let _ = child.wait().await;
+    match serde_json::from_str::<Ready>(&line) {
+        Ok(Ready::Ok(identity)) => Ok(MonitorHandle { identity, dir: config.dir.clone() }),
+        Ok(Ready::Failed { step, error }) => Err(MonitorError::Setup { step, error }),
+        Err(_) if line.is_empty() => Err(MonitorError::Vanished(config.dir.join(LOG))),
+        Err(e) => Err(MonitorError::Protocol(format!("unreadable ready line: {e}"))),
+    }
+}
+
+/// The identity the monitor of sandbox directory `dir` wrote, if any.
+pub fn read_pidfile(dir: &Path) -> Option<Identity> {
+    serde_json::from_slice(&std::fs::read(dir.join(PIDFILE)).ok()?).ok()
+}
+
+impl MonitorHandle {
+    /// Asks the monitor for its identity; fails if another process answers or none does.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), MonitorError> {
+        match request(&self.dir, &Request::Ping, timeout).await? {
+            Reply::Ok { identity, .. } if identity == self.identity => Ok(()),
+            Reply::Ok { identity, .. } => Err(MonitorError::Protocol(format!(
+                "socket answered as monitor {}, expected {}",
+                identity.pid, self.identity.pid
+            ))),
+            Reply::Err { error } => Err(MonitorError::Protocol(error)),
+        }
+    }
+
+    /// Stops the pod's processes and the monitor, and waits until it is gone. A monitor that
+    /// does not answer in time is killed.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), MonitorError> {
+        if !super::is_alive(&self.identity) {
+            return Ok(());
+        }
+        let pidfd = crate::sys::pidfd_open(self.identity.pid)?;
+        // The pidfd names the process we checked; it may have exited since (then all is done).
+        if !super::is_alive(&self.identity) {
+            return Ok(());
+        }
+        let asked = request(&self.dir, &Request::Shutdown, timeout).await;
+        if let Err(e) = &asked {
+            tracing::warn!(pid = self.identity.pid, error = %e, "monitor did not take shutdown; killing it");
+        }
+        if asked.is_err() || !wait_pidfd(&pidfd, timeout).await {
+            if let Some(init) = self.identity.init_pid {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(init),
+                    nix::sys::signal::SIGKILL,
+                );
+            }
+            let _ = crate::sys::pidfd_send_signal(&pidfd, nix::sys::signal::SIGKILL);
+            if !wait_pidfd(&pidfd, timeout).await {
+                return Err(MonitorError::Timeout(timeout));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves when the monitor process exits.
+    pub async fn exited(&self) -> std::io::Result<()> {
+        let pidfd = crate::sys::pidfd_open(self.identity.pid)?;
+        if !super::is_alive(&self.identity) {
+            return Ok(());
+        }
+        crate::sys::pidfd_wait(pidfd, None).await.map(drop)
+    }
+}
+
+async fn wait_pidfd(pidfd: &std::os::fd::OwnedFd, timeout: Duration) -> bool {
+    let Ok(dup) = pidfd.try_clone() else { return false };
+    crate::sys::pidfd_wait(dup, Some(timeout)).await.unwrap_or(false)
+}
+
+async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, MonitorError> {
+    let work = async {
+        let mut stream = UnixStream::connect(dir.join(SOCKET)).await?;
+        let mut line = serde_json::to_vec(req).unwrap_or_default();
+        line.push(b'\n');
+        stream.write_all(&line).await?;
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| MonitorError::Timeout(timeout))??;
+    serde_json::from_str(&answer)
+        .map_err(|e| MonitorError::Protocol(format!("unreadable reply {answer:?}: {e}")))
+}

@@ -1,0 +1,264 @@
+//! The monitor process itself. Single-threaded and synchronous on purpose: it forks (the pod
+//! init now, containers later), and a fork is only sound when no other thread can hold a lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, setsid};
+
+use super::{Identity, MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET};
+use crate::sys::{self, ForkResult};
+
+/// Entry point of `crust monitor`; returns the process exit code.
+pub fn main() -> i32 {
+    let mut input = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        return report_failure("read config", &e.to_string());
+    }
+    let config: MonitorConfig = match serde_json::from_str(&input) {
+        Ok(c) => c,
+        Err(e) => return report_failure("read config", &e.to_string()),
+    };
+    // Fork once more so the monitor is not the daemon's child; the parent leaves at once.
+    match sys::fork_single_threaded() {
+        Ok(ForkResult::Parent { .. }) => 0,
+        Ok(ForkResult::Child) => run(config),
+        Err(e) => report_failure("fork", &e.to_string()),
+    }
+}
+
+fn run(config: MonitorConfig) -> i32 {
+    // SIGCHLD stays blocked for the monitor's whole life and is read from a signalfd, so no
+    // child's exit can slip by between setup and the serve loop.
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    let _ = mask.thread_block();
+    let mut pod = Pod { init: None };
+    let identity = match setup(&config, &mut pod) {
+        Ok(id) => id,
+        Err((step, error)) => {
+            undo_pins(&config);
+            pod.kill_all();
+            return report_failure(step, &error);
+        }
+    };
+    let listener = match UnixListener::bind(config.dir.join(SOCKET)) {
+        Ok(l) => l,
+        Err(e) => {
+            undo_pins(&config);
+            pod.kill_all();
+            return report_failure("bind control socket", &e.to_string());
+        }
+    };
+    report(&Ready::Ok(identity));
+    log(&format!("monitor {} ready for sandbox {}", identity.pid, config.sandbox_id));
+    serve(&config, identity, listener, &mut pod);
+    0
+}
+
+/// The processes the monitor answers for.
+struct Pod {
+    init: Option<Pid>,
+}
+
+impl Pod {
+    fn kill_all(&mut self) {
+        if let Some(init) = self.init.take() {
+            let _ = kill(init, Signal::SIGKILL);
+            let _ = waitpid(init, None);
+        }
+    }
+}
+
+type StepError = (&'static str, String);
+
+fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
+    r.map_err(|e| (name, e.to_string()))
+}
+
+fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
+    step("setsid", setsid())?;
+    step("become subreaper", nix::sys::prctl::set_child_subreaper(true))?;
+    let pins = &config.pins;
+    let mut flags = CloneFlags::empty();
+    for (pin, flag) in [
+        (&pins.net, CloneFlags::CLONE_NEWNET),
+        (&pins.ipc, CloneFlags::CLONE_NEWIPC),
+        (&pins.uts, CloneFlags::CLONE_NEWUTS),
+        (&pins.pid, CloneFlags::CLONE_NEWPID),
+    ] {
+        if pin.is_some() {
+            flags |= flag;
+        }
+    }
+    step("unshare namespaces", unshare(flags))?;
+    if let Some(name) = &config.hostname {
+        step("set hostname", nix::unistd::sethostname(name))?;
+    }
+    if pins.net.is_some() {
+        step("bring up lo", sys::set_link_up("lo"))?;
+    }
+    for (key, value) in &config.sysctls {
+        let path = Path::new("/proc/sys").join(key);
+        std::fs::write(&path, value).map_err(|e| ("set sysctls", format!("{key}={value}: {e}")))?;
+    }
+    for (pin, kind) in [(&pins.net, "net"), (&pins.ipc, "ipc"), (&pins.uts, "uts")] {
+        if let Some(pin) = pin {
+            step("pin namespaces", pin_namespace(&format!("/proc/self/ns/{kind}"), pin))?;
+        }
+    }
+    let mut init_pid = None;
+    if let Some(pin) = &pins.pid {
+        let init = step("start pod init", start_init())?;
+        pod.init = Some(init);
+        init_pid = Some(init.as_raw());
+        step("pin namespaces", pin_namespace(&format!("/proc/{init}/ns/pid"), pin))?;
+    }
+    let pid = std::process::id() as i32;
+    let start_time = super::process_start_time(pid).ok_or(("read start time", String::new()))?;
+    let identity = Identity { pid, start_time, init_pid };
+    let record = serde_json::to_vec(&identity).unwrap_or_default();
+    step("write pid file", crate::store::write_atomic(&config.dir.join(PIDFILE), &record))?;
+    Ok(identity)
+}
+
+fn pin_namespace(source: &str, pin: &Path) -> std::io::Result<()> {
+    OpenOptions::new().write(true).create(true).truncate(false).open(pin)?;
+    mount(Some(source), pin, None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+    Ok(())
+}
+
+fn undo_pins(config: &MonitorConfig) {
+    for pin in config.pins.all() {
+        let _ = umount2(pin, MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_file(pin);
+    }
+}
+
+/// Forks the pod's init: PID 1 of the new PID namespace, which only reaps orphans. It dies
+/// with the monitor (parent-death signal), taking the namespace's processes with it.
+fn start_init() -> nix::Result<Pid> {
+    match sys::fork_single_threaded()? {
+        ForkResult::Parent { child } => Ok(child),
+        ForkResult::Child => {
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            // SIGCHLD is blocked (inherited from the monitor): wait for it synchronously.
+            let mut set = SigSet::empty();
+            set.add(Signal::SIGCHLD);
+            loop {
+                while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                    if status == WaitStatus::StillAlive {
+                        break;
+                    }
+                }
+                let _ = set.wait();
+            }
+        }
+    }
+}
+
+fn serve(config: &MonitorConfig, identity: Identity, listener: UnixListener, pod: &mut Pod) {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    let Ok(sigfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+    else {
+        log("signalfd failed; exiting");
+        return;
+    };
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+        ];
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            continue;
+        }
+        let (conn_ready, sig_ready) = (readable(&fds[0]), readable(&fds[1]));
+        if sig_ready {
+            while let Ok(Some(_)) = sigfd.read_signal() {}
+            reap(pod);
+        }
+        if conn_ready {
+            if let Ok((stream, _)) = listener.accept() {
+                if handle(config, identity, stream, pod) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn readable(fd: &PollFd) -> bool {
+    fd.revents().is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+}
+
+fn reap(pod: &mut Pod) {
+    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+        let Some(pid) = status.pid() else { break };
+        if pod.init == Some(pid) {
+            log(&format!("pod init {pid} exited: {status:?}"));
+            pod.init = None;
+        }
+    }
+}
+
+/// Serves one request; returns true when the monitor should exit.
+fn handle(config: &MonitorConfig, identity: Identity, stream: UnixStream, pod: &mut Pod) -> bool {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    if BufReader::new(&stream).read_line(&mut line).is_err() {
+        return false;
+    }
+    let ok = Reply::Ok { sandbox_id: config.sandbox_id.clone(), identity };
+    let (reply, exit) = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Ping) => (ok, false),
+        Ok(Request::Shutdown) => {
+            pod.kill_all();
+            let _ = std::fs::remove_file(config.dir.join(SOCKET));
+            log("shutdown requested");
+            (ok, true)
+        }
+        Err(e) => (Reply::Err { error: format!("bad request: {e}") }, false),
+    };
+    let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+    out.push(b'\n');
+    let _ = (&stream).write_all(&out);
+    exit
+}
+
+fn report(ready: &Ready) {
+    let mut line = serde_json::to_vec(ready).unwrap_or_default();
+    line.push(b'\n');
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&line);
+    let _ = out.flush();
+    // Close stdout for good so the daemon's read ends here; /dev/null takes its place.
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1);
+    }
+}
+
+fn report_failure(step: &str, error: &str) -> i32 {
+    log(&format!("{step}: {error}"));
+    report(&Ready::Failed { step: step.to_owned(), error: error.to_owned() });
+    1
+}
+
+/// Log lines go to stderr, which the daemon points at `monitor.log` in the sandbox directory.
+fn log(msg: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    eprintln!("{}.{:03} {msg}", now.as_secs(), now.subsec_millis());
+}

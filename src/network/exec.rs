@@ -1,0 +1,84 @@
+//! Running one CNI plugin binary: the CNI_* environment, the configuration on stdin, the result
+//! (or the error object) on stdout, and a deadline after which the plugin is killed.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use super::{Attachment, Cni, CniError};
+
+pub(super) async fn run(
+    cni: &Cni,
+    kind: &str,
+    network: &str,
+    command: &'static str,
+    att: &Attachment,
+    conf: &Value,
+) -> Result<Value, CniError> {
+    let plugin = kind.to_owned();
+    let binary = cni.find_plugin(network, kind)?;
+    let spawn_err = |source| CniError::Spawn { plugin: plugin.clone(), command, source };
+    let args: Vec<String> = std::iter::once("IgnoreUnknown=1".to_owned())
+        .chain(att.args.iter().map(|(k, v)| format!("{k}={v}")))
+        .collect();
+    let mut child = tokio::process::Command::new(&binary)
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", &att.container_id)
+        .env("CNI_NETNS", &att.netns)
+        .env("CNI_IFNAME", &att.ifname)
+        .env("CNI_ARGS", args.join(";"))
+        .env("CNI_PATH", cni.path_var())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(spawn_err)?;
+    let input = serde_json::to_vec(conf).unwrap_or_default();
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let timeout = cni.settings.plugin_timeout;
+    let work = async move {
+        // A plugin may exit without reading its input; a broken pipe then is not the error.
+        let _ = stdin.write_all(&input).await;
+        drop(stdin);
+        child.wait_with_output().await
+    };
+    let out = match tokio::time::timeout(timeout, work).await {
+        Ok(out) => out.map_err(spawn_err)?,
+        Err(_) => return Err(CniError::Timeout { plugin, command, timeout }),
+    };
+    if out.status.success() {
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        return serde_json::from_slice(&out.stdout).map_err(|e| CniError::PluginFailed {
+            plugin,
+            command,
+            msg: format!("unreadable result: {e}"),
+        });
+    }
+    Err(CniError::PluginFailed { plugin, command, msg: failure_message(&out) })
+}
+
+/// The plugin's own words: the CNI error object's msg and details, else its stderr.
+fn failure_message(out: &std::process::Output) -> String {
+    if let Ok(err) = serde_json::from_slice::<Value>(&out.stdout) {
+        let msg = err.get("msg").and_then(Value::as_str).unwrap_or_default();
+        let details = err.get("details").and_then(Value::as_str).unwrap_or_default();
+        let code = err.get("code").and_then(Value::as_u64);
+        if !msg.is_empty() {
+            let mut s = msg.to_owned();
+            if !details.is_empty() {
+                s = format!("{s}: {details}");
+            }
+            if let Some(code) = code {
+                s = format!("{s} (code {code})");
+            }
+            return s;
+        }
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr.trim();
+    if stderr.is_empty() { format!("exited with {}", out.status) } else { stderr.to_owned() }
+}

@@ -1,0 +1,197 @@
+//! CNI: loads the network configuration from the CNI conf dir and runs its plugins (ADD, DEL,
+//! CHECK) against a pod's network namespace, following the CNI 1.0 spec (and the 0.3/0.4 result
+//! formats older plugins print). The configuration list used for ADD is returned with the result
+//! so the caller can persist both and run DEL later with exactly what ADD saw, even if the
+//! conf dir changed in between.
+//!
+//! Only the lexically first configuration file is used, as containerd does by default. crust
+//! brings the loopback interface up itself, so no `loopback` plugin is needed in the list.
+
+mod config;
+mod exec;
+mod result;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+pub use config::NetworkList;
+pub use result::CniResult;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CniError {
+    #[error("no CNI network configuration in {0}")]
+    NoConfig(PathBuf),
+    #[error("CNI config {path}: {msg}")]
+    BadConfig { path: PathBuf, msg: String },
+    #[error("CNI plugin {plugin:?} (network {network:?}) not found in {dirs}")]
+    PluginMissing { plugin: String, network: String, dirs: String },
+    #[error("CNI plugin {plugin} {command}: {msg}")]
+    PluginFailed { plugin: String, command: &'static str, msg: String },
+    #[error("CNI plugin {plugin} {command} timed out after {timeout:?}")]
+    Timeout { plugin: String, command: &'static str, timeout: Duration },
+    #[error("CNI plugin {plugin} {command}: {source}")]
+    Spawn { plugin: String, command: &'static str, source: std::io::Error },
+}
+
+/// One pod's attachment to the network: everything a plugin is told about the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub container_id: String,
+    pub netns: PathBuf,
+    pub ifname: String,
+    /// `K8S_POD_*` and similar pairs, passed in `CNI_ARGS`.
+    pub args: Vec<(String, String)>,
+    pub port_mappings: Vec<PortMapping>,
+}
+
+/// A host port forwarded to the pod, in the `portMappings` capability format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMapping {
+    pub host_port: i32,
+    pub container_port: i32,
+    pub protocol: String,
+    #[serde(rename = "hostIP", skip_serializing_if = "String::is_empty", default)]
+    pub host_ip: String,
+}
+
+/// Where to find configuration and plugins, and how long a plugin may run.
+#[derive(Debug, Clone)]
+pub struct CniSettings {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+    pub plugin_timeout: Duration,
+}
+
+/// The CNI front end. Cheap to share; the loaded configuration is cached and reloaded when the
+/// conf dir changes (its mtime moves whenever a file is added, removed or renamed into it).
+pub struct Cni {
+    settings: CniSettings,
+    cache: Mutex<Option<(SystemTime, std::sync::Arc<NetworkList>)>>,
+}
+
+impl Cni {
+    pub fn new(settings: CniSettings) -> Cni {
+        Cni { settings, cache: Mutex::new(None) }
+    }
+
+    pub fn settings(&self) -> &CniSettings {
+        &self.settings
+    }
+
+    /// The network list that ADD would use now, with every plugin binary present.
+    pub fn network(&self) -> Result<std::sync::Arc<NetworkList>, CniError> {
+        let dir = &self.settings.conf_dir;
+        let mtime = std::fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .map_err(|_| CniError::NoConfig(dir.clone()))?;
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, list)) = cache.as_ref() {
+            if *seen == mtime {
+                return Ok(list.clone());
+            }
+        }
+        let list = std::sync::Arc::new(config::load_dir(dir)?);
+        for plugin in &list.plugins {
+            self.find_plugin(&list.name, &plugin.kind)?;
+        }
+        *cache = Some((mtime, list.clone()));
+        Ok(list)
+    }
+
+    /// Whether pods can be networked now; the error says why not.
+    pub fn ready(&self) -> Result<(), CniError> {
+        self.network().map(drop)
+    }
+
+    /// Runs ADD through the whole list; on failure the plugins that succeeded are undone with
+    /// DEL before the error is returned.
+    pub async fn add(
+        &self,
+        list: &NetworkList,
+        att: &Attachment,
+    ) -> Result<CniResult, CniError> {
+        let mut prev: Option<serde_json::Value> = None;
+        for plugin in &list.plugins {
+            let conf = list.plugin_conf(plugin, att, prev.as_ref());
+            match exec::run(self, &plugin.kind, &list.name, "ADD", att, &conf).await {
+                Ok(out) => prev = Some(out),
+                Err(e) => {
+                    if let Err(del) = self.del(list, att, prev.as_ref()).await {
+                        tracing::warn!(error = %del, "CNI DEL after failed ADD");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let raw = prev.unwrap_or_else(|| serde_json::json!({"cniVersion": list.cni_version}));
+        CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
+            plugin: list.plugins.last().map(|p| p.kind.clone()).unwrap_or_default(),
+            command: "ADD",
+            msg,
+        })
+    }
+
+    /// Runs DEL through the list in reverse. Every plugin is called even if one fails (so that
+    /// IP allocations are released whatever else went wrong); the first error is returned.
+    pub async fn del(
+        &self,
+        list: &NetworkList,
+        att: &Attachment,
+        prev: Option<&serde_json::Value>,
+    ) -> Result<(), CniError> {
+        let mut first_err = None;
+        for plugin in list.plugins.iter().rev() {
+            let conf = list.plugin_conf(plugin, att, prev);
+            if let Err(e) = exec::run(self, &plugin.kind, &list.name, "DEL", att, &conf).await {
+                tracing::warn!(error = %e, "CNI DEL");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Runs CHECK through the list (spec 0.4.0 and later).
+    pub async fn check(
+        &self,
+        list: &NetworkList,
+        att: &Attachment,
+        prev: &serde_json::Value,
+    ) -> Result<(), CniError> {
+        for plugin in &list.plugins {
+            let conf = list.plugin_conf(plugin, att, Some(prev));
+            exec::run(self, &plugin.kind, &list.name, "CHECK", att, &conf).await?;
+        }
+        Ok(())
+    }
+
+    fn find_plugin(&self, network: &str, kind: &str) -> Result<PathBuf, CniError> {
+        let missing = || CniError::PluginMissing {
+            plugin: kind.to_owned(),
+            network: network.to_owned(),
+            dirs: self.path_var(),
+        };
+        if kind.contains('/') || kind.is_empty() {
+            return Err(missing());
+        }
+        self.settings
+            .bin_dirs
+            .iter()
+            .map(|d| d.join(kind))
+            .find(|p| is_executable(p))
+            .ok_or_else(missing)
+    }
+
+    fn path_var(&self) -> String {
+        let dirs: Vec<_> = self.settings.bin_dirs.iter().map(|d| d.display().to_string()).collect();
+        dirs.join(":")
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

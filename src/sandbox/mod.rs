@@ -1,0 +1,213 @@
+//! Pod sandboxes: their lifecycle (run, stop, remove), status and listing, and recovery at
+//! start. One file per verb; this file holds the table of sandboxes and what the verbs share.
+//!
+//! Invariants:
+//! - a sandbox's record is saved before any resource is created for it (phase `Creating`), so a
+//!   crash at any point leaves enough on disk for recovery to undo it;
+//! - lifecycle verbs on one sandbox are serialized by its `op` lock; reads never wait for them;
+//! - a name (name, uid, namespace, attempt) belongs to at most one sandbox, reserved before
+//!   creation starts and released when the sandbox is removed or its creation fails.
+
+pub mod cgroup;
+mod files;
+pub mod model;
+mod recover;
+mod remove;
+mod run;
+mod status;
+mod stop;
+mod teardown;
+mod validate;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use cgroup::CgroupSettings;
+pub use model::*;
+pub use recover::RecoverySummary;
+pub use status::{SandboxFilter, SandboxView};
+
+use crate::network::Cni;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("pod sandbox {name:?} (namespace {namespace:?}, uid {uid:?}, attempt {attempt}) already exists as {id}")]
+    NameTaken { name: String, namespace: String, uid: String, attempt: u32, id: String },
+    #[error("pod sandbox {0:?} not found")]
+    NotFound(String),
+    #[error("pod sandbox id prefix {0:?} matches more than one sandbox")]
+    Ambiguous(String),
+    #[error("unknown runtime handler {handler:?}; configured handlers: {known:?}")]
+    UnknownHandler { handler: String, known: Vec<String> },
+    #[error("pod network is not ready: {0}")]
+    NetworkNotReady(String),
+    #[error("failed to {step}: {error}{}", cleanup_note(.cleanup))]
+    Run { step: &'static str, error: String, cleanup: Option<String> },
+    #[error("stopping pod sandbox {id}: {errors}")]
+    Teardown { id: String, errors: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+fn cleanup_note(cleanup: &Option<String>) -> String {
+    cleanup.as_ref().map(|c| format!(" (and undoing it failed too: {c})")).unwrap_or_default()
+}
+
+/// What the sandbox verbs need from the rest of the daemon.
+pub struct SandboxContext {
+    /// The daemon's state directory (`--state`).
+    pub state_dir: PathBuf,
+    /// The crust binary, for spawning monitors.
+    pub exe: PathBuf,
+    pub cni: Arc<Cni>,
+    pub cgroups: CgroupSettings,
+    pub default_handler: String,
+    pub handlers: Vec<String>,
+    /// How long a monitor may take to start or to stop.
+    pub monitor_timeout: Duration,
+}
+
+impl SandboxContext {
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.state_dir.join("sandboxes")
+    }
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.sandboxes_dir().join(id)
+    }
+    pub fn ns_dir(&self) -> PathBuf {
+        self.state_dir.join("ns")
+    }
+    fn record_path(dir: &Path) -> PathBuf {
+        dir.join("sandbox.json")
+    }
+}
+
+/// One sandbox in the table.
+struct Entry {
+    /// Serializes lifecycle verbs on this sandbox.
+    op: tokio::sync::Mutex<()>,
+    /// The current record; cloned out for reads.
+    record: Mutex<SandboxRecord>,
+    /// The task that notices the monitor dying.
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Entry {
+    fn new(record: SandboxRecord) -> Arc<Entry> {
+        Arc::new(Entry {
+            op: tokio::sync::Mutex::new(()),
+            record: Mutex::new(record),
+            watcher: Mutex::new(None),
+        })
+    }
+    fn snapshot(&self) -> SandboxRecord {
+        self.record.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> SandboxRecord {
+        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut r);
+        r.clone()
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<String, Arc<Entry>>,
+    /// Name -> id, including names reserved by creations under way.
+    names: HashMap<PodMetadata, String>,
+}
+
+/// All pod sandboxes of this daemon.
+pub struct Sandboxes {
+    ctx: Arc<SandboxContext>,
+    table: Mutex<Table>,
+}
+
+impl Sandboxes {
+    pub fn new(ctx: SandboxContext) -> Arc<Sandboxes> {
+        Arc::new(Sandboxes { ctx: Arc::new(ctx), table: Mutex::new(Table::default()) })
+    }
+
+    pub fn context(&self) -> &SandboxContext {
+        &self.ctx
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Finds a sandbox by id or by a unique id prefix.
+    fn entry(&self, id: &str) -> Result<(String, Arc<Entry>), SandboxError> {
+        if id.is_empty() {
+            return Err(SandboxError::Invalid("pod sandbox id is required".into()));
+        }
+        let table = self.table();
+        if let Some(e) = table.by_id.get(id) {
+            return Ok((id.to_owned(), e.clone()));
+        }
+        let mut found = table.by_id.iter().filter(|(k, _)| k.starts_with(id));
+        match (found.next(), found.next()) {
+            (Some((k, e)), None) => Ok((k.clone(), e.clone())),
+            (Some(_), Some(_)) => Err(SandboxError::Ambiguous(id.to_owned())),
+            _ => Err(SandboxError::NotFound(id.to_owned())),
+        }
+    }
+
+    /// A copy of the record of sandbox `id` (full id or unique prefix).
+    pub fn get(&self, id: &str) -> Result<SandboxRecord, SandboxError> {
+        self.entry(id).map(|(_, e)| e.snapshot())
+    }
+
+    fn reserve(&self, meta: &PodMetadata, id: &str) -> Result<(), SandboxError> {
+        let mut table = self.table();
+        if let Some(owner) = table.names.get(meta) {
+            return Err(SandboxError::NameTaken {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                attempt: meta.attempt,
+                id: owner.clone(),
+            });
+        }
+        table.names.insert(meta.clone(), id.to_owned());
+        Ok(())
+    }
+
+    fn release(&self, meta: &PodMetadata, id: &str) {
+        let mut table = self.table();
+        if table.names.get(meta).is_some_and(|owner| owner == id) {
+            table.names.remove(meta);
+        }
+    }
+
+    fn insert(&self, record: SandboxRecord) -> Arc<Entry> {
+        let entry = Entry::new(record.clone());
+        let mut table = self.table();
+        table.names.insert(record.spec.metadata.clone(), record.id.clone());
+        table.by_id.insert(record.id, entry.clone());
+        entry
+    }
+
+    fn save(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
+        crate::store::save(&SandboxContext::record_path(&record.dir), record)?;
+        Ok(())
+    }
+}
+
+/// A new sandbox id: 64 hex digits, like containerd's and CRI-O's.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the kernel's random source is available");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,162 @@
+//! What a pod sandbox is made of: the request as plain Rust types (`SandboxSpec`), and the
+//! persisted record of one sandbox (`SandboxRecord`) with its lifecycle phase.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::monitor::{Identity, NamespacePins};
+use crate::network::{Attachment, CniResult, NetworkList};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PodMetadata {
+    pub name: String,
+    pub uid: String,
+    pub namespace: String,
+    pub attempt: u32,
+}
+
+/// Where a pod gets a namespace of one kind from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceMode {
+    /// Its own, shared by its containers.
+    #[default]
+    Pod,
+    /// One per container (PID only).
+    Container,
+    /// The host's.
+    Node,
+    /// Another container's (containers only; not valid for a pod).
+    Target,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceModes {
+    pub network: NamespaceMode,
+    pub pid: NamespaceMode,
+    pub ipc: NamespaceMode,
+}
+
+impl NamespaceModes {
+    pub fn host_network(&self) -> bool {
+        self.network == NamespaceMode::Node
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMapping {
+    pub protocol: Protocol,
+    pub container_port: i32,
+    pub host_port: i32,
+    pub host_ip: String,
+}
+
+/// Everything RunPodSandbox was asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub metadata: PodMetadata,
+    pub hostname: String,
+    pub log_directory: String,
+    pub dns: Option<DnsConfig>,
+    pub port_mappings: Vec<PortMapping>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub cgroup_parent: String,
+    pub namespaces: NamespaceModes,
+    /// Requested user namespace support (not available yet; refused at validation).
+    pub user_namespace: bool,
+    pub sysctls: BTreeMap<String, String>,
+    pub runtime_handler: String,
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// RunPodSandbox is under way (or crashed half way: recovery rolls it back).
+    Creating,
+    /// Everything is set up and the monitor runs.
+    Ready,
+    /// The monitor died on its own; namespaces, network and cgroup may still be held.
+    Exited,
+    /// Stopped: everything but the record has been released.
+    Stopped,
+}
+
+impl Phase {
+    pub fn is_ready(self) -> bool {
+        self == Phase::Ready
+    }
+    /// Whether resources may still be held, so Stop has work to do.
+    pub fn holds_resources(self) -> bool {
+        self != Phase::Stopped
+    }
+}
+
+/// The CNI state of a pod: the list and attachment ADD used (DEL needs the same) and its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetworkState {
+    pub list: NetworkList,
+    pub attachment: Attachment,
+    pub result: Option<CniResult>,
+}
+
+/// One sandbox as persisted in `<state>/sandboxes/<id>/sandbox.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub spec: SandboxSpec,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    pub phase: Phase,
+    /// The resolved runtime handler.
+    pub runtime_handler: String,
+    pub monitor: Option<Identity>,
+    pub pins: NamespacePins,
+    /// The pod cgroup, as the cgroup library names it.
+    pub cgroup: String,
+    pub network: Option<NetworkState>,
+    pub dir: PathBuf,
+}
+
+impl crate::store::Record for SandboxRecord {
+    const VERSION: u32 = 1;
+}
+
+impl SandboxRecord {
+    /// The pod's addresses, while it still has its network.
+    pub fn ips(&self) -> &[IpAddr] {
+        match (&self.network, self.phase) {
+            (Some(NetworkState { result: Some(r), .. }), Phase::Ready | Phase::Exited) => &r.ips,
+            _ => &[],
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Startup recovery: rebuild the table from the records in the state directory. Ready sandboxes
+//! whose monitor still answers are adopted; those whose monitor died become NotReady (Stop will
+//! release what they hold). Half-created sandboxes are rolled back, CNI DEL included.
+//! Directories without a readable record and namespace pins nobody owns are removed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::model::{Phase, SandboxRecord};
+use super::{SandboxContext, Sandboxes, teardown};
+use crate::monitor::MonitorHandle;
+
+/// What recovery found, for the start-up log line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecoverySummary {
+    pub ready: usize,
+    pub not_ready: usize,
+    pub rolled_back: usize,
+    pub discarded: usize,
+    pub failed: usize,
+}
+
+impl Sandboxes {
+    pub async fn recover(self: &Arc<Self>) -> RecoverySummary {
+        let mut summary = RecoverySummary::default();
+        let mut known = HashSet::new();
+        let dirs = std::fs::read_dir(self.ctx.sandboxes_dir()).into_iter().flatten().flatten();
+        for dir in dirs.map(|d| d.path()) {
+            let id = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+            match crate::store::load::<SandboxRecord>(&SandboxContext::record_path(&dir)) {
+                Ok(record) if record.phase == Phase::Creating => {
+                    self.roll_back(&record, &mut summary).await;
+                }
+                Ok(record) => {
+                    known.insert(id);
+                    self.adopt(record, &mut summary).await;
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "discarding unreadable sandbox");
+                    let half = SandboxRecord::orphan(&self.ctx, id);
+                    let _ = teardown::release(&self.ctx, &half).await;
+                    let _ = std::fs::remove_dir_all(&dir);
+                    summary.discarded += 1;
+                }
+            }
+        }
+        self.remove_orphan_pins(&known);
+        tracing::info!(?summary, "sandbox recovery done");
+        summary
+    }
+
+    async fn roll_back(&self, record: &SandboxRecord, summary: &mut RecoverySummary) {
+        match teardown::release(&self.ctx, record).await {
+            Ok(()) => {
+                let _ = std::fs::remove_dir_all(&record.dir);
+                tracing::info!(pod_id = %record.id, "rolled back half-created sandbox");
+                summary.rolled_back += 1;
+            }
+            Err(e) => {
+                tracing::error!(pod_id = %record.id, error = %e, "rolling back half-created sandbox");
+                summary.failed += 1;
+            }
+        }
+    }
+
+    async fn adopt(self: &Arc<Self>, mut record: SandboxRecord, summary: &mut RecoverySummary) {
+        if record.phase == Phase::Ready {
+            let alive = match record.monitor {
+                Some(identity) => MonitorHandle { identity, dir: record.dir.clone() }
+                    .ping(self.ctx.monitor_timeout)
+                    .await
+                    .is_ok(),
+                None => false,
+            };
+            if !alive {
+                tracing::warn!(pod_id = %record.id, "pod monitor is gone; sandbox is not ready");
+                record.phase = Phase::Exited;
+                if let Err(e) = self.save(&record) {
+                    tracing::error!(pod_id = %record.id, error = %e, "saving sandbox record");
+                }
+            }
+        }
+        if record.phase == Phase::Ready {
+            summary.ready += 1;
+        } else {
+            summary.not_ready += 1;
+        }
+        let entry = self.insert(record);
+        self.watch(&entry);
+    }
+
+    /// Unmounts pins in the namespace directory that belong to no known sandbox.
+    fn remove_orphan_pins(&self, known: &HashSet<String>) {
+        let pins = std::fs::read_dir(self.ctx.ns_dir()).into_iter().flatten().flatten();
+        for pin in pins.map(|p| p.path()) {
+            let owner = pin.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            if !known.contains(owner) {
+                tracing::info!(pin = %pin.display(), "removing orphan namespace pin");
+                let _ = teardown::unpin(&pin);
+            }
+        }
+    }
+}
+
+impl SandboxRecord {
+    /// The most that can be known of a sandbox whose record is lost: where its pins and monitor
+    /// would be. Its cgroup and CNI attachment cannot be named and are left alone.
+    fn orphan(ctx: &SandboxContext, id: String) -> SandboxRecord {
+        let pin = |kind: &str| Some(ctx.ns_dir().join(format!("{id}.{kind}")));
+        SandboxRecord {
+            dir: ctx.sandbox_dir(&id),
+            spec: Default::default(),
+            created_at: 0,
+            phase: Phase::Creating,
+            runtime_handler: String::new(),
+            monitor: None,
+            pins: crate::monitor::NamespacePins {
+                net: pin("net"),
+                ipc: pin("ipc"),
+                uts: pin("uts"),
+                pid: pin("pid"),
+            },
+            cgroup: String::new(),
+            network: None,
+            id,
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! RunPodSandbox: plan every resource, save the `Creating` record, then bring the pod up: monitor
+//! (which makes and pins the namespaces), then CNI ADD and the pod cgroup side by side. Any
+//! failure undoes what was done and names the step that failed.
+
+use std::sync::Arc;
+
+use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
+use super::{Entry, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown, validate};
+use crate::monitor::{self, MonitorConfig, NamespacePins};
+use crate::network::{Attachment, PortMapping};
+
+type StepError = (&'static str, String);
+
+impl Sandboxes {
+    /// Creates and starts a pod sandbox; returns its id.
+    pub async fn run(self: &Arc<Self>, spec: SandboxSpec) -> Result<String, SandboxError> {
+        validate::spec(&spec).map_err(SandboxError::Invalid)?;
+        let handler = self.resolve_handler(&spec.runtime_handler)?;
+        let id = new_id();
+        self.reserve(&spec.metadata, &id)?;
+        let meta = spec.metadata.clone();
+        let result = self.create(id.clone(), spec, handler).await;
+        if result.is_err() {
+            self.release(&meta, &id);
+        }
+        result.map(|()| id)
+    }
+
+    fn resolve_handler(&self, requested: &str) -> Result<String, SandboxError> {
+        let ctx = &self.ctx;
+        let handler = if requested.is_empty() { &ctx.default_handler } else { requested };
+        if !ctx.handlers.iter().any(|h| h == handler) {
+            return Err(SandboxError::UnknownHandler {
+                handler: handler.to_owned(),
+                known: ctx.handlers.clone(),
+            });
+        }
+        Ok(handler.to_owned())
+    }
+
+    async fn create(
+        self: &Arc<Self>,
+        id: String,
+        spec: SandboxSpec,
+        handler: String,
+    ) -> Result<(), SandboxError> {
+        let mut record = plan(&self.ctx, id, spec, handler)?;
+        let hostname = pod_hostname(&record.spec);
+        if let Err(e) = prepare(&record, &hostname).and_then(|()| {
+            self.save(&record).map_err(|e| std::io::Error::other(e.to_string()))
+        }) {
+            let _ = std::fs::remove_dir_all(&record.dir);
+            return Err(SandboxError::Run {
+                step: "prepare sandbox directory",
+                error: e.to_string(),
+                cleanup: None,
+            });
+        }
+        let brought_up = bring_up(&self.ctx, &mut record, hostname).await;
+        let saved = match brought_up {
+            Ok(()) => {
+                record.phase = Phase::Ready;
+                self.save(&record).map_err(|e| ("save sandbox record", e.to_string()))
+            }
+            Err(e) => Err(e),
+        };
+        if let Err((step, error)) = saved {
+            let cleanup = teardown::release(&self.ctx, &record).await.err();
+            if cleanup.is_none() {
+                let _ = std::fs::remove_dir_all(&record.dir);
+            }
+            return Err(SandboxError::Run { step, error, cleanup });
+        }
+        let entry = self.insert(record);
+        self.watch(&entry);
+        Ok(())
+    }
+
+    /// Marks the sandbox NotReady if its monitor dies while the sandbox is ready.
+    pub(super) fn watch(self: &Arc<Self>, entry: &Arc<Entry>) {
+        let record = entry.snapshot();
+        let Some(identity) = record.monitor else { return };
+        let handle = monitor::MonitorHandle { identity, dir: record.dir.clone() };
+        let me = Arc::downgrade(self);
+        let watched = Arc::downgrade(entry);
+        let task = tokio::spawn(async move {
+            let _ = handle.exited().await;
+            let (Some(me), Some(entry)) = (me.upgrade(), watched.upgrade()) else { return };
+            let rec = entry.update(|r| {
+                if r.phase == Phase::Ready && r.monitor == Some(identity) {
+                    r.phase = Phase::Exited;
+                }
+            });
+            if rec.phase == Phase::Exited {
+                tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
+                if let Err(e) = me.save(&rec) {
+                    tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
+                }
+            }
+        });
+        *entry.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+}
+
+/// Decides every path and name the sandbox will use, before anything is created.
+fn plan(
+    ctx: &SandboxContext,
+    id: String,
+    spec: SandboxSpec,
+    handler: String,
+) -> Result<SandboxRecord, SandboxError> {
+    let ns = spec.namespaces;
+    let pin = |kind: &str, wanted: bool| wanted.then(|| ctx.ns_dir().join(format!("{id}.{kind}")));
+    let pins = NamespacePins {
+        net: pin("net", !ns.host_network()),
+        ipc: pin("ipc", ns.ipc != NamespaceMode::Node),
+        uts: pin("uts", !ns.host_network()),
+        pid: pin("pid", ns.pid == NamespaceMode::Pod),
+    };
+    let network = match &pins.net {
+        None => None,
+        Some(netns) => {
+            let list =
+                ctx.cni.network().map_err(|e| SandboxError::NetworkNotReady(e.to_string()))?;
+            let attachment = attachment(&id, &spec, netns.clone());
+            Some(NetworkState { list: (*list).clone(), attachment, result: None })
+        }
+    };
+    Ok(SandboxRecord {
+        cgroup: ctx.cgroups.pod_path(&spec.cgroup_parent, &id),
+        dir: ctx.sandbox_dir(&id),
+        created_at: now_nanos(),
+        phase: Phase::Creating,
+        runtime_handler: handler,
+        monitor: None,
+        pins,
+        network,
+        spec,
+        id,
+    })
+}
+
+fn attachment(id: &str, spec: &SandboxSpec, netns: std::path::PathBuf) -> Attachment {
+    let m = &spec.metadata;
+    Attachment {
+        container_id: id.to_owned(),
+        netns,
+        ifname: "eth0".into(),
+        args: vec![
+            ("K8S_POD_NAMESPACE".into(), m.namespace.clone()),
+            ("K8S_POD_NAME".into(), m.name.clone()),
+            ("K8S_POD_INFRA_CONTAINER_ID".into(), id.to_owned()),
+            ("K8S_POD_UID".into(), m.uid.clone()),
+        ],
+        // A mapping without a host port only documents the container port; nothing to forward.
+        port_mappings: spec
+            .port_mappings
+            .iter()
+            .filter(|p| p.host_port > 0)
+            .map(|p| PortMapping {
+                host_port: p.host_port,
+                container_port: p.container_port,
+                protocol: p.protocol.as_str().into(),
+                host_ip: p.host_ip.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The pod's hostname: the requested one, else the node's (as containerd does).
+fn pod_hostname(spec: &SandboxSpec) -> String {
+    if !spec.hostname.is_empty() && !spec.namespaces.host_network() {
+        return spec.hostname.clone();
+    }
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn prepare(record: &SandboxRecord, hostname: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(&record.dir)?;
+    files::write(&record.dir, &record.spec, hostname)
+}
+
+async fn bring_up(
+    ctx: &SandboxContext,
+    record: &mut SandboxRecord,
+    hostname: String,
+) -> Result<(), StepError> {
+    let config = MonitorConfig {
+        sandbox_id: record.id.clone(),
+        dir: record.dir.clone(),
+        pins: record.pins.clone(),
+        hostname: record.pins.uts.is_some().then_some(hostname),
+        sysctls: record
+            .spec
+            .sysctls
+            .iter()
+            .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
+            .collect(),
+    };
+    let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)
+        .await
+        .map_err(|e| ("start the pod monitor", e.to_string()))?;
+    record.monitor = Some(handle.identity);
+    let network = async {
+        match &record.network {
+            Some(net) => ctx.cni.add(&net.list, &net.attachment).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let mut pids = vec![handle.identity.pid];
+    pids.extend(handle.identity.init_pid);
+    let cgroups = ctx.cgroups.clone();
+    let path = record.cgroup.clone();
+    let cgroup = tokio::task::spawn_blocking(move || cgroups.create(&path, &pids));
+    let (net, cg) = tokio::join!(network, cgroup);
+    let net = net.map_err(|e| ("set up the pod network", e.to_string()))?;
+    cg.map_err(|e| ("create the pod cgroup", e.to_string()))?
+        .map_err(|e| ("create the pod cgroup", e.to_string()))?;
+    if let (Some(state), Some(result)) = (record.network.as_mut(), net) {
+        state.result = Some(result);
+    }
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! The only module where `unsafe` is allowed. Each wrapper here turns one raw system call into a
+//! safe function: file descriptors come back as `OwnedFd` from the statement that checks them,
+//! and every block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+pub use nix::unistd::ForkResult;
+
+/// Opens a pidfd for `pid`: a handle that keeps naming this process even after the pid is reused,
+/// and becomes readable when the process exits.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new fd or -1; no memory is shared.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Sends `signal` to the process behind `pidfd` (never to a process that reused its pid).
+pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
+    // SAFETY: plain integer arguments; a null siginfo pointer is allowed by the syscall.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as i32,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Waits until the process behind `pidfd` exits (its pidfd becomes readable), or `timeout`
+/// passes; returns whether it exited. Needs a tokio runtime.
+pub async fn pidfd_wait(pidfd: OwnedFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    use tokio::io::{Interest, unix::AsyncFd};
+    // SAFETY: `pidfd` is an OwnedFd moved into the AsyncFd, so it stays open and names the same
+    // file description until the AsyncFd drops it.
+    let afd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    match timeout {
+        None => afd.readable().await.map(|_| true),
+        Some(t) => match tokio::time::timeout(t, afd.readable()).await {
+            Ok(r) => r.map(|_| true),
+            Err(_) => Ok(false),
+        },
+    }
+}
+
+/// Forks the calling process.
+///
+/// Callers must be single-threaded (the monitor process is: it never starts a runtime or a
+/// thread), so the child cannot inherit a lock held by another thread.
+pub fn fork_single_threaded() -> nix::Result<ForkResult> {
+    // SAFETY: see the function contract: the only callers run in single-threaded processes.
+    unsafe { nix::unistd::fork() }
+}
+
+/// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.
+pub fn set_link_up(name: &str) -> io::Result<()> {
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if cname.as_bytes_with_nul().len() > libc::IFNAMSIZ {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: socket() takes integers and returns a new fd or -1.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just returned by socket() and is owned by nothing else.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(cname.as_bytes_with_nul()) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `req`, which lives for
+    // the whole call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS just filled in.
+    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Installs a handler for `signal` that does nothing, so that the signal interrupts blocking
+/// calls (and `pause`) instead of being ignored or killing the process.
+pub fn catch_signal(signal: nix::sys::signal::Signal) -> nix::Result<()> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
+    extern "C" fn noop(_: libc::c_int) {}
+    let action = SigAction::new(SigHandler::Handler(noop), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler is async-signal-safe (it does nothing).
+    unsafe { sigaction(signal, &action) }.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pidfd_of_self_and_of_nonexistent_pid() {
+        assert!(pidfd_open(std::process::id() as i32).is_ok());
+        let err = pidfd_open(i32::MAX).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn link_names_are_checked() {
+        assert!(set_link_up("a-name-that-is-far-too-long").is_err());
+        assert!(set_link_up("bad\0name").is_err());
+    }
+}
