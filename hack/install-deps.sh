@@ -9,7 +9,7 @@ purpose=${1:-run}
 pkgs="containernetworking-plugins iptables"
 case $purpose in
   run) ;;
-  test) pkgs="$pkgs docker-registry busybox-static iproute2 jq" ;;
+  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux" ;;
   bench) pkgs="$pkgs docker-registry busybox-static containerd runc" ;;
   *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;
 esac

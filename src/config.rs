@@ -13,9 +13,15 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/crust/config.toml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("parsing {path}: {source}")]
-    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -65,6 +71,9 @@ pub struct NetworkConfig {
     pub bin_dirs: Vec<PathBuf>,
     /// How long one CNI plugin invocation may take.
     pub plugin_timeout_ms: u64,
+    /// Pod subnets whose traffic leaving the subnet is masqueraded (one iptables rule each, set
+    /// at start). The default covers the network crust ships in cni/10-crust.conflist.
+    pub masquerade_subnets: Vec<String>,
 }
 
 /// Registry access, read by the image service.
@@ -105,6 +114,7 @@ impl Default for NetworkConfig {
             conf_dir: "/etc/cni/net.d".into(),
             bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             plugin_timeout_ms: 30_000,
+            masquerade_subnets: vec!["10.88.0.0/16".into()],
         }
     }
 }
@@ -172,13 +182,19 @@ impl Config {
         self.socket_path()?;
         for (name, dir) in [("root", &self.root), ("state", &self.state)] {
             if !dir.is_absolute() {
-                return invalid(format!("{name} must be an absolute path, got {}", dir.display()));
+                return invalid(format!(
+                    "{name} must be an absolute path, got {}",
+                    dir.display()
+                ));
             }
         }
         if self.root == self.state {
             return invalid("root and state must be different directories".into());
         }
-        if !self.runtime_handlers.contains(&self.default_runtime_handler) {
+        if !self
+            .runtime_handlers
+            .contains(&self.default_runtime_handler)
+        {
             return invalid(format!(
                 "default_runtime_handler {:?} is not one of runtime_handlers {:?}",
                 self.default_runtime_handler, self.runtime_handlers
@@ -187,10 +203,19 @@ impl Config {
         if !self.default_cgroup_parent.starts_with('/')
             && self.cgroup_driver == CgroupDriver::Cgroupfs
         {
-            return invalid("default_cgroup_parent must start with / for the cgroupfs driver".into());
+            return invalid(
+                "default_cgroup_parent must start with / for the cgroupfs driver".into(),
+            );
         }
         if self.network.plugin_timeout_ms == 0 {
             return invalid("network.plugin_timeout_ms must be positive".into());
+        }
+        for subnet in &self.network.masquerade_subnets {
+            if !is_cidr(subnet) {
+                return invalid(format!(
+                    "network.masquerade_subnets: {subnet:?} is not a CIDR"
+                ));
+            }
         }
         for (host, mirror) in &self.registry.mirrors {
             for e in &mirror.endpoints {
@@ -219,6 +244,18 @@ impl Config {
     }
 }
 
+/// Whether `s` is an IPv4 or IPv6 network in CIDR notation (`10.88.0.0/16`).
+pub fn is_cidr(s: &str) -> bool {
+    let Some((ip, bits)) = s.split_once('/') else {
+        return false;
+    };
+    match (ip.parse::<std::net::IpAddr>(), bits.parse::<u8>()) {
+        (Ok(std::net::IpAddr::V4(_)), Ok(b)) => b <= 32,
+        (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,7 +264,10 @@ mod tests {
     fn defaults_are_valid() {
         let c = Config::default();
         c.validate().unwrap();
-        assert_eq!(c.socket_path().unwrap(), PathBuf::from("/run/crust/crust.sock"));
+        assert_eq!(
+            c.socket_path().unwrap(),
+            PathBuf::from("/run/crust/crust.sock")
+        );
     }
 
     #[test]
@@ -242,21 +282,33 @@ mod tests {
             "#,
         )
         .unwrap();
-        c.apply(Overrides { listen: Some("/tmp/c.sock".into()), ..Default::default() });
+        c.apply(Overrides {
+            listen: Some("/tmp/c.sock".into()),
+            ..Default::default()
+        });
         c.validate().unwrap();
         assert_eq!(c.root, PathBuf::from("/data/crust"));
         assert_eq!(c.state, PathBuf::from("/run/crust"));
         assert_eq!(c.network.conf_dir, PathBuf::from("/tmp/net.d"));
         assert_eq!(c.socket_path().unwrap(), PathBuf::from("/tmp/c.sock"));
-        assert_eq!(c.registry.mirrors["registry.k8s.io"].endpoints, ["http://127.0.0.1:5000"]);
+        assert_eq!(
+            c.registry.mirrors["registry.k8s.io"].endpoints,
+            ["http://127.0.0.1:5000"]
+        );
     }
 
     #[test]
     fn unknown_keys_and_bad_values_are_rejected() {
         assert!(Config::parse("nonsense = 1").is_err());
-        let c = Config { listen: "tcp://0.0.0.0:1".into(), ..Default::default() };
+        let c = Config {
+            listen: "tcp://0.0.0.0:1".into(),
+            ..Default::default()
+        };
         assert!(c.validate().unwrap_err().to_string().contains("listen"));
-        let c = Config { default_runtime_handler: "kata".into(), ..Default::default() };
+        let c = Config {
+            default_runtime_handler: "kata".into(),
+            ..Default::default()
+        };
         assert!(c.validate().unwrap_err().to_string().contains("kata"));
     }
 }

@@ -21,7 +21,11 @@ use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("{what} {path}: {source}")]
-    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("another crust is serving {0}")]
     AlreadyRunning(String),
     #[error("{0}")]
@@ -31,8 +35,15 @@ pub enum DaemonError {
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
-    move |source| DaemonError::Io { what, path: path.to_owned(), source }
+    move |source| DaemonError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
+
+/// How long in-flight RPCs may take to finish after SIGTERM/SIGINT.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon until it is asked to stop.
 pub fn run(config: Config) -> Result<(), DaemonError> {
@@ -58,8 +69,18 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     std::fs::create_dir_all(sandboxes.context().sandboxes_dir())
         .map_err(io("creating", &sandboxes.context().sandboxes_dir()))?;
     let summary = sandboxes.recover().await;
-    tracing::info!(ready = summary.ready, not_ready = summary.not_ready,
-        rolled_back = summary.rolled_back, "recovered pod sandboxes");
+    tracing::info!(
+        ready = summary.ready,
+        not_ready = summary.not_ready,
+        rolled_back = summary.rolled_back,
+        "recovered pod sandboxes"
+    );
+    let subnets = config.network.masquerade_subnets.clone();
+    tokio::spawn(async move {
+        for problem in crate::network::masquerade::ensure(&subnets).await {
+            tracing::warn!("{problem}; pods in that subnet cannot reach other networks");
+        }
+    });
     let listener = bind(&socket)?;
     let runtime = RuntimeServer {
         cni: sandboxes.context().cni.clone(),
@@ -71,11 +92,24 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     };
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    tonic::transport::Server::builder()
+    let stopping = Arc::new(tokio::sync::Notify::new());
+    let signalled = stopping.clone();
+    let server = tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(runtime))
         .add_service(ImageServiceServer::new(ImageServer {}))
-        .serve_with_incoming_shutdown(incoming, shutdown_signal())
-        .await?;
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown_signal().await;
+            signalled.notify_one();
+        });
+    // In-flight RPCs get a grace period; a client that never lets go of its connection does
+    // not keep the daemon alive past it.
+    tokio::select! {
+        served = server => served?,
+        () = async {
+            stopping.notified().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway"),
+    }
     let _ = std::fs::remove_file(&socket);
     tracing::info!("crust stopped; pods keep running");
     Ok(())
@@ -125,13 +159,35 @@ fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, Daemo
 /// unmount of a pin reaches copies of it in other mount namespaces.
 fn prepare_ns_dir(dir: &Path) -> Result<(), DaemonError> {
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    let shared = |d: &Path| mount(None::<&str>, d, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
+    let shared = |d: &Path| {
+        mount(
+            None::<&str>,
+            d,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
     if shared(dir).is_ok() {
         return Ok(());
     }
-    mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .map_err(|e| DaemonError::Io { what: "bind-mounting", path: dir.to_owned(), source: e.into() })?;
-    shared(dir).map_err(|e| DaemonError::Io { what: "sharing mount", path: dir.to_owned(), source: e.into() })
+    mount(
+        Some(dir),
+        dir,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| DaemonError::Io {
+        what: "bind-mounting",
+        path: dir.to_owned(),
+        source: e.into(),
+    })?;
+    shared(dir).map_err(|e| DaemonError::Io {
+        what: "sharing mount",
+        path: dir.to_owned(),
+        source: e.into(),
+    })
 }
 
 /// Binds the CRI socket (mode 0660). A stale socket file is replaced; a live one is an error.
@@ -153,9 +209,10 @@ fn bind(socket: &Path) -> Result<UnixListener, DaemonError> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return std::future::pending().await;
     };
     tokio::select! {

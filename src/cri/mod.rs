@@ -2,6 +2,7 @@
 //! (`sandbox`, `image`, ...) with plain Rust types and encodes the answer. Protobuf types never
 //! leave this module (and `stream`); `status.rs` is the one table from domain errors to codes.
 
+pub mod client;
 mod convert;
 pub mod image;
 pub mod runtime;

@@ -41,7 +41,10 @@ pub struct NamespacePins {
 
 impl NamespacePins {
     pub fn all(&self) -> impl Iterator<Item = &Path> {
-        [&self.net, &self.ipc, &self.uts, &self.pid].into_iter().flatten().map(PathBuf::as_path)
+        [&self.net, &self.ipc, &self.uts, &self.pid]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
     }
 }
 
@@ -86,8 +89,22 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
-    Ok { sandbox_id: String, identity: Identity },
-    Err { error: String },
+    Ok {
+        sandbox_id: String,
+        identity: Identity,
+    },
+    Err {
+        error: String,
+    },
+}
+
+/// A path to `dir/name` short enough for a unix socket address (108 bytes), however long `dir`
+/// is: `/proc/self/fd/<fd>/name`, valid while the returned directory handle is open.
+pub fn short_socket_path(dir: &Path, name: &str) -> std::io::Result<(std::fs::File, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    let handle = std::fs::File::open(dir)?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}/{name}", handle.as_raw_fd()));
+    Ok((handle, path))
 }
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
@@ -112,16 +129,33 @@ mod tests {
         let me = std::process::id() as i32;
         let t = process_start_time(me).unwrap();
         assert_eq!(process_start_time(me), Some(t));
-        assert!(is_alive(&Identity { pid: me, start_time: t, init_pid: None }));
-        assert!(!is_alive(&Identity { pid: me, start_time: t + 1, init_pid: None }));
+        assert!(is_alive(&Identity {
+            pid: me,
+            start_time: t,
+            init_pid: None
+        }));
+        assert!(!is_alive(&Identity {
+            pid: me,
+            start_time: t + 1,
+            init_pid: None
+        }));
         assert_eq!(process_start_time(i32::MAX), None);
     }
 
     #[test]
     fn wire_format() {
-        assert_eq!(serde_json::to_string(&Request::Shutdown).unwrap(), r#"{"op":"shutdown"}"#);
-        let r: Ready = serde_json::from_str(r#"{"failed":{"step":"unshare","error":"EPERM"}}"#)
-            .unwrap();
-        assert_eq!(r, Ready::Failed { step: "unshare".into(), error: "EPERM".into() });
+        assert_eq!(
+            serde_json::to_string(&Request::Shutdown).unwrap(),
+            r#"{"op":"shutdown"}"#
+        );
+        let r: Ready =
+            serde_json::from_str(r#"{"failed":{"step":"unshare","error":"EPERM"}}"#).unwrap();
+        assert_eq!(
+            r,
+            Ready::Failed {
+                step: "unshare".into(),
+                error: "EPERM".into()
+            }
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 mod config;
 mod exec;
+pub mod masquerade;
 mod result;
 
 use std::path::{Path, PathBuf};
@@ -27,13 +28,29 @@ pub enum CniError {
     #[error("CNI config {path}: {msg}")]
     BadConfig { path: PathBuf, msg: String },
     #[error("CNI plugin {plugin:?} (network {network:?}) not found in {dirs}")]
-    PluginMissing { plugin: String, network: String, dirs: String },
+    PluginMissing {
+        plugin: String,
+        network: String,
+        dirs: String,
+    },
     #[error("CNI plugin {plugin} {command}: {msg}")]
-    PluginFailed { plugin: String, command: &'static str, msg: String },
+    PluginFailed {
+        plugin: String,
+        command: &'static str,
+        msg: String,
+    },
     #[error("CNI plugin {plugin} {command} timed out after {timeout:?}")]
-    Timeout { plugin: String, command: &'static str, timeout: Duration },
+    Timeout {
+        plugin: String,
+        command: &'static str,
+        timeout: Duration,
+    },
     #[error("CNI plugin {plugin} {command}: {source}")]
-    Spawn { plugin: String, command: &'static str, source: std::io::Error },
+    Spawn {
+        plugin: String,
+        command: &'static str,
+        source: std::io::Error,
+    },
 }
 
 /// One pod's attachment to the network: everything a plugin is told about the pod.
@@ -67,15 +84,20 @@ pub struct CniSettings {
 }
 
 /// The CNI front end. Cheap to share; the loaded configuration is cached and reloaded when the
-/// conf dir changes (its mtime moves whenever a file is added, removed or renamed into it).
+/// file in use changes (another file sorting first, or the file's mtime or size moving).
 pub struct Cni {
     settings: CniSettings,
-    cache: Mutex<Option<(SystemTime, std::sync::Arc<NetworkList>)>>,
+    cache: Mutex<Option<(ConfigKey, std::sync::Arc<NetworkList>)>>,
 }
+
+type ConfigKey = (PathBuf, SystemTime, u64);
 
 impl Cni {
     pub fn new(settings: CniSettings) -> Cni {
-        Cni { settings, cache: Mutex::new(None) }
+        Cni {
+            settings,
+            cache: Mutex::new(None),
+        }
     }
 
     pub fn settings(&self) -> &CniSettings {
@@ -85,20 +107,24 @@ impl Cni {
     /// The network list that ADD would use now, with every plugin binary present.
     pub fn network(&self) -> Result<std::sync::Arc<NetworkList>, CniError> {
         let dir = &self.settings.conf_dir;
-        let mtime = std::fs::metadata(dir)
-            .and_then(|m| m.modified())
-            .map_err(|_| CniError::NoConfig(dir.clone()))?;
+        let file = config::first_file(dir)?;
+        let meta = std::fs::metadata(&file).map_err(|_| CniError::NoConfig(dir.clone()))?;
+        let key = (
+            file,
+            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            meta.len(),
+        );
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((seen, list)) = cache.as_ref() {
-            if *seen == mtime {
+            if *seen == key {
                 return Ok(list.clone());
             }
         }
-        let list = std::sync::Arc::new(config::load_dir(dir)?);
+        let list = std::sync::Arc::new(config::load_file(&key.0)?);
         for plugin in &list.plugins {
             self.find_plugin(&list.name, &plugin.kind)?;
         }
-        *cache = Some((mtime, list.clone()));
+        *cache = Some((key, list.clone()));
         Ok(list)
     }
 
@@ -109,11 +135,7 @@ impl Cni {
 
     /// Runs ADD through the whole list; on failure the plugins that succeeded are undone with
     /// DEL before the error is returned.
-    pub async fn add(
-        &self,
-        list: &NetworkList,
-        att: &Attachment,
-    ) -> Result<CniResult, CniError> {
+    pub async fn add(&self, list: &NetworkList, att: &Attachment) -> Result<CniResult, CniError> {
         let mut prev: Option<serde_json::Value> = None;
         for plugin in &list.plugins {
             let conf = list.plugin_conf(plugin, att, prev.as_ref());
@@ -129,7 +151,11 @@ impl Cni {
         }
         let raw = prev.unwrap_or_else(|| serde_json::json!({"cniVersion": list.cni_version}));
         CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
-            plugin: list.plugins.last().map(|p| p.kind.clone()).unwrap_or_default(),
+            plugin: list
+                .plugins
+                .last()
+                .map(|p| p.kind.clone())
+                .unwrap_or_default(),
             command: "ADD",
             msg,
         })
@@ -186,7 +212,12 @@ impl Cni {
     }
 
     fn path_var(&self) -> String {
-        let dirs: Vec<_> = self.settings.bin_dirs.iter().map(|d| d.display().to_string()).collect();
+        let dirs: Vec<_> = self
+            .settings
+            .bin_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
         dirs.join(":")
     }
 }

@@ -1,0 +1,314 @@
+//! A real crust daemon for integration tests: its own temp root, state, socket, CNI conf dir
+//! (a bridge network with a bridge, subnet and IPAM dir of its own) and config file.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crust::cri::pb::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::Channel;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+    pub root: PathBuf,
+    pub cni_conf: PathBuf,
+    pub ipam: PathBuf,
+    pub bridge: String,
+    pub subnet_prefix: String,
+    pub cgroup_parent: String,
+    config: PathBuf,
+}
+
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "integration tests need root (namespaces, mounts, cgroups, CNI): run them with sudo"
+    );
+}
+
+impl Daemon {
+    /// A daemon with the default bridge network of its own.
+    pub fn start() -> Daemon {
+        let d = Daemon::prepare();
+        d.write_bridge_network(&[]);
+        d.spawn()
+    }
+
+    /// A daemon whose network list is the bridge plus `extra` plugin objects (JSON).
+    pub fn start_with_plugins(extra: &[&str]) -> Daemon {
+        let d = Daemon::prepare();
+        d.write_bridge_network(extra);
+        d.spawn()
+    }
+
+    /// Prepares directories and config without a network config or a running daemon.
+    pub fn prepare() -> Daemon {
+        require_root();
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}x{n}", std::process::id() % 10000);
+        let dir = std::env::temp_dir().join(format!("crust-it-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = Daemon {
+            child: None,
+            socket: dir.join("crust.sock"),
+            state: dir.join("state"),
+            root: dir.join("root"),
+            cni_conf: dir.join("net.d"),
+            ipam: dir.join("ipam"),
+            bridge: format!("crt{tag}"),
+            subnet_prefix: format!("10.{}.{}", 200 + (std::process::id() % 50), n % 250),
+            cgroup_parent: format!("/crust-it-{tag}"),
+            config: dir.join("config.toml"),
+            dir,
+        };
+        std::fs::create_dir_all(&d.cni_conf).unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cni");
+        std::fs::write(
+            &d.config,
+            format!(
+                "default_cgroup_parent = {:?}\n[network]\nconf_dir = {:?}\n\
+                 bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n",
+                d.cgroup_parent, d.cni_conf, fixtures
+            ),
+        )
+        .unwrap();
+        let _ = Command::new("ip")
+            .args(["link", "del", &d.bridge])
+            .stderr(Stdio::null())
+            .status();
+        d
+    }
+
+    pub fn write_bridge_network(&self, extra: &[&str]) {
+        let mut plugins = vec![format!(
+            r#"{{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,"hairpinMode":true,
+               "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"{}.0/24"}}]],
+               "routes":[{{"dst":"0.0.0.0/0"}}]}}}}"#,
+            self.bridge,
+            self.ipam.display(),
+            self.subnet_prefix
+        )];
+        plugins.push(r#"{"type":"portmap","capabilities":{"portMappings":true}}"#.into());
+        plugins.extend(extra.iter().map(|s| s.to_string()));
+        std::fs::write(
+            self.cni_conf.join("10-test.conflist"),
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"crust-test","plugins":[{}]}}"#,
+                plugins.join(",")
+            ),
+        )
+        .unwrap();
+    }
+
+    pub fn spawn(mut self) -> Daemon {
+        self.launch();
+        self
+    }
+
+    /// Starts `crust serve` and waits for its socket to answer.
+    pub fn launch(&mut self) {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_crust"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--listen")
+            .arg(&self.socket)
+            .arg("--root")
+            .arg(&self.root)
+            .arg("--state")
+            .arg(&self.state)
+            .arg("--log-level")
+            .arg("debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("crust binary runs");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "crust exited with {status} before serving; log:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crust did not start; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub async fn client(&self) -> RuntimeServiceClient<Channel> {
+        crust::cri::client::runtime(self.socket.to_str().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// SIGKILL: the daemon gets no chance to clean anything up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("daemon running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::SIGTERM,
+        )
+        .unwrap();
+        c.wait().unwrap()
+    }
+
+    pub fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.state.join("sandboxes").join(id)
+    }
+
+    pub fn ns_dir(&self) -> PathBuf {
+        self.state.join("ns")
+    }
+
+    /// Entries in a directory, sorted (empty if it does not exist).
+    pub fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// IP allocations host-local holds for the test network.
+    pub fn allocated_ips(&self) -> Vec<String> {
+        Daemon::entries(&self.ipam.join("crust-test"))
+            .into_iter()
+            .filter(|n| n.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .collect()
+    }
+
+    /// Mounts under this daemon's directory (pins, the ns dir itself).
+    pub fn mounts(&self) -> Vec<String> {
+        let prefix = self.dir.to_string_lossy().into_owned();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+            .filter(|m| m.starts_with(&prefix))
+            .collect()
+    }
+
+    /// Pod cgroups left under this daemon's cgroup parent, per v1 controller.
+    pub fn pod_cgroups(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for ctrl in [
+            "memory", "cpu", "pids", "freezer", "blkio", "devices", "cpuset",
+        ] {
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(ctrl)
+                .join(self.cgroup_parent.trim_start_matches('/'));
+            for e in Daemon::entries(&dir) {
+                if e.starts_with("crust-") {
+                    left.push(format!("{ctrl}/{e}"));
+                }
+            }
+        }
+        left
+    }
+
+    /// Live `crust monitor` processes serving this daemon's sandboxes.
+    pub fn monitors(&self) -> Vec<i32> {
+        let state = self.state.to_string_lossy().into_owned();
+        let ids = Daemon::entries(&self.state.join("sandboxes"));
+        let mut pids = Vec::new();
+        for p in procfs_pids() {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(" monitor --sandbox ")
+                && (ids.iter().any(|id| cmd.contains(id.as_str())) || cmd.contains(&state))
+            {
+                pids.push(p);
+            }
+        }
+        pids
+    }
+}
+
+pub fn procfs_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
+/// Leaves nothing behind: monitors, pins, the ns dir mount, cgroups, the bridge, files.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for pid in self.monitors() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+        }
+        let mut mounts = self.mounts();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+        for ctrl in [
+            "memory",
+            "cpu,cpuacct",
+            "pids",
+            "freezer",
+            "blkio",
+            "devices",
+            "cpuset",
+            "hugetlb",
+        ] {
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(ctrl)
+                .join(self.cgroup_parent.trim_start_matches('/'));
+            for e in Daemon::entries(&dir) {
+                if e.starts_with("crust-") {
+                    let _ = std::fs::remove_dir(dir.join(e));
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(Stdio::null())
+            .status();
+        if std::env::var_os("CRUST_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

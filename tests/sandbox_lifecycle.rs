@@ -1,0 +1,430 @@
+//! Pod sandbox lifecycle against the real daemon: real namespaces, cgroups, CNI bridge.
+
+mod common;
+
+use common::{Daemon, exited, ns_of, ns_of_self, pod_config, run_request, sh};
+use crust::cri::pb;
+
+fn monitor_pid(status: &pb::PodSandboxStatusResponse) -> i32 {
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    info["monitor"]["pid"]
+        .as_i64()
+        .expect("verbose info names the monitor pid") as i32
+}
+
+#[tokio::test]
+async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("web");
+    config.hostname = "web-host".into();
+    config.labels.insert("app".into(), "web".into());
+    config.annotations.insert("note".into(), "kept".into());
+    config.dns_config = Some(pb::DnsConfig {
+        servers: vec!["10.96.0.10".into()],
+        searches: vec!["ns.svc.cluster.local".into()],
+        options: vec!["ndots:5".into()],
+    });
+    config.linux = Some(pb::LinuxPodSandboxConfig {
+        sysctls: [
+            (
+                "net.ipv4.ip_unprivileged_port_start".to_owned(),
+                "0".to_owned(),
+            ),
+            ("kernel.shm_rmid_forced".to_owned(), "1".to_owned()),
+        ]
+        .into(),
+        ..Default::default()
+    });
+    let id = c
+        .run_pod_sandbox(run_request(config))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    assert_eq!(id.len(), 64);
+
+    let status = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let s = status.status.clone().unwrap();
+    assert_eq!(s.state, pb::PodSandboxState::SandboxReady as i32);
+    assert_eq!(s.metadata.unwrap().name, "web");
+    assert_eq!(s.labels["app"], "web");
+    assert_eq!(s.annotations["note"], "kept");
+    let ip = s.network.unwrap().ip;
+    assert!(
+        ip.starts_with(&format!("{}.", d.subnet_prefix)),
+        "pod IP {ip} is in the test subnet"
+    );
+
+    // Namespaces: the monitor lives in the pod's, which differ from the host's.
+    let pid = monitor_pid(&status);
+    for kind in ["net", "ipc", "uts"] {
+        assert_ne!(
+            ns_of(pid, kind),
+            ns_of_self(kind),
+            "{kind} namespace is the pod's own"
+        );
+    }
+    for kind in ["net", "ipc", "uts", "pid"] {
+        assert!(
+            d.ns_dir().join(format!("{id}.{kind}")).exists(),
+            "{kind} namespace is pinned"
+        );
+    }
+    // The pod answers ping from the host through the bridge.
+    sh("ping", &["-c", "1", "-W", "2", &ip]);
+    // Hostname, sysctls and DNS are as asked.
+    let pid_s = pid.to_string();
+    assert_eq!(
+        sh("nsenter", &["-t", &pid_s, "-u", "hostname"]).trim(),
+        "web-host"
+    );
+    assert_eq!(
+        sh(
+            "nsenter",
+            &[
+                "-t",
+                &pid_s,
+                "-n",
+                "cat",
+                "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+            ]
+        )
+        .trim(),
+        "0"
+    );
+    assert_eq!(
+        sh(
+            "nsenter",
+            &[
+                "-t",
+                &pid_s,
+                "-i",
+                "cat",
+                "/proc/sys/kernel/shm_rmid_forced"
+            ]
+        )
+        .trim(),
+        "1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.sandbox_dir(&id).join("resolv.conf")).unwrap(),
+        "search ns.svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
+    );
+    // The pod cgroup exists and holds the monitor.
+    let procs = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/memory{}/crust-{id}/cgroup.procs",
+        d.cgroup_parent
+    ))
+    .unwrap();
+    assert!(
+        procs.lines().any(|l| l == pid_s),
+        "monitor {pid} is in the pod cgroup: {procs}"
+    );
+    assert_eq!(d.allocated_ips(), std::slice::from_ref(&ip));
+
+    // Stop: everything is released, the record stays.
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let s = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(s.state, pb::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(s.network.unwrap().ip, "", "a stopped pod has no IP");
+    assert!(exited(pid), "monitor is gone");
+    assert!(
+        d.allocated_ips().is_empty(),
+        "IP released: {:?}",
+        d.allocated_ips()
+    );
+    assert!(
+        d.pod_cgroups().is_empty(),
+        "cgroups left: {:?}",
+        d.pod_cgroups()
+    );
+    assert_eq!(
+        Daemon::entries(&d.ns_dir()),
+        Vec::<String>::new(),
+        "namespace pins removed"
+    );
+    assert!(
+        !sh("ip", &["-o", "link"]).contains(&format!("master {}", d.bridge)),
+        "veth removed"
+    );
+    // Stop is idempotent.
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    })
+    .await
+    .unwrap();
+
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let list = c
+        .list_pod_sandbox(pb::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.items.is_empty());
+    assert!(!d.sandbox_dir(&id).exists());
+    assert_eq!(
+        d.mounts(),
+        [d.ns_dir().to_string_lossy().into_owned()],
+        "only the ns dir mount stays"
+    );
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn host_namespaces_are_shared_when_asked() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("hostnet");
+    config.linux = Some(pb::LinuxPodSandboxConfig {
+        security_context: Some(pb::LinuxSandboxSecurityContext {
+            namespace_options: Some(pb::NamespaceOption {
+                network: pb::NamespaceMode::Node as i32,
+                pid: pb::NamespaceMode::Node as i32,
+                ipc: pb::NamespaceMode::Node as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = c
+        .run_pod_sandbox(run_request(config))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let status = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let pid = monitor_pid(&status);
+    for kind in ["net", "ipc", "uts", "pid_for_children"] {
+        assert_eq!(ns_of(pid, kind), ns_of_self(kind), "{kind} is the host's");
+    }
+    let s = status.status.unwrap();
+    assert_eq!(s.network.unwrap().ip, "", "no CNI for host network");
+    let opts = s.linux.unwrap().namespaces.unwrap().options.unwrap();
+    assert_eq!(opts.network, pb::NamespaceMode::Node as i32);
+    assert!(d.allocated_ips().is_empty());
+    assert!(Daemon::entries(&d.ns_dir()).is_empty(), "nothing to pin");
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    assert!(d.monitors().is_empty());
+    assert!(d.pod_cgroups().is_empty());
+}
+
+#[tokio::test]
+async fn pod_pid_namespace_has_its_own_init() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("pidshare");
+    config.linux = Some(pb::LinuxPodSandboxConfig {
+        security_context: Some(pb::LinuxSandboxSecurityContext {
+            namespace_options: Some(pb::NamespaceOption {
+                pid: pb::NamespaceMode::Pod as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = c
+        .run_pod_sandbox(run_request(config))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let status = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    let init = info["monitor"]["init_pid"]
+        .as_i64()
+        .expect("pod has an init") as i32;
+    let proc_status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+    let nspid = proc_status
+        .lines()
+        .find(|l| l.starts_with("NSpid:"))
+        .unwrap();
+    assert!(nspid.ends_with("\t1"), "init is PID 1 in the pod: {nspid}");
+    assert_ne!(ns_of(init, "pid"), ns_of_self("pid"));
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(exited(init), "init is gone");
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn list_filters_by_id_state_and_labels() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut ids = Vec::new();
+    for (name, tier) in [("a", "front"), ("b", "back"), ("c", "front")] {
+        let mut config = pod_config(name);
+        config.labels.insert("tier".into(), tier.into());
+        ids.push(
+            c.run_pod_sandbox(run_request(config))
+                .await
+                .unwrap()
+                .into_inner()
+                .pod_sandbox_id,
+        );
+    }
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: ids[2].clone(),
+    })
+    .await
+    .unwrap();
+    let list = |f: pb::PodSandboxFilter| {
+        let mut c = c.clone();
+        async move {
+            let mut v: Vec<String> = c
+                .list_pod_sandbox(pb::ListPodSandboxRequest { filter: Some(f) })
+                .await
+                .unwrap()
+                .into_inner()
+                .items
+                .into_iter()
+                .map(|p| p.metadata.unwrap().name)
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    assert_eq!(list(Default::default()).await, ["a", "b", "c"]);
+    assert_eq!(
+        list(pb::PodSandboxFilter {
+            id: ids[1].clone(),
+            ..Default::default()
+        })
+        .await,
+        ["b"]
+    );
+    assert_eq!(
+        list(pb::PodSandboxFilter {
+            id: ids[1][..12].to_owned(),
+            ..Default::default()
+        })
+        .await,
+        ["b"]
+    );
+    let ready = Some(pb::PodSandboxStateValue {
+        state: pb::PodSandboxState::SandboxReady as i32,
+    });
+    assert_eq!(
+        list(pb::PodSandboxFilter {
+            state: ready,
+            ..Default::default()
+        })
+        .await,
+        ["a", "b"]
+    );
+    let front = [("tier".to_owned(), "front".to_owned())].into();
+    assert_eq!(
+        list(pb::PodSandboxFilter {
+            label_selector: front,
+            ..Default::default()
+        })
+        .await,
+        ["a", "c"]
+    );
+    let front = [("tier".to_owned(), "front".to_owned())].into();
+    assert_eq!(
+        list(pb::PodSandboxFilter {
+            label_selector: front,
+            state: ready,
+            ..Default::default()
+        })
+        .await,
+        ["a"]
+    );
+    // A unique prefix works wherever an id does.
+    let s = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: ids[0][..8].to_owned(),
+            verbose: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(s.into_inner().status.unwrap().id, ids[0]);
+    for id in ids {
+        c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+            .await
+            .unwrap();
+    }
+    assert!(d.allocated_ips().is_empty());
+}
+
+#[tokio::test]
+async fn port_mappings_reach_the_portmap_plugin() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("ports");
+    config.port_mappings = vec![pb::PortMapping {
+        protocol: pb::Protocol::Tcp as i32,
+        container_port: 80,
+        host_port: 18080,
+        host_ip: String::new(),
+    }];
+    let id = c
+        .run_pod_sandbox(run_request(config))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let rules = sh("iptables", &["-t", "nat", "-S"]);
+    assert!(
+        rules.contains("--dport 18080"),
+        "portmap added a DNAT rule for 18080:\n{rules}"
+    );
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    let rules = sh("iptables", &["-t", "nat", "-S"]);
+    assert!(
+        !rules.contains("--dport 18080"),
+        "portmap removed its rule on DEL"
+    );
+}

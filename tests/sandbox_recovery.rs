@@ -1,0 +1,279 @@
+//! Daemon restarts: SIGKILL at any point, graceful stop, monitors that die, half-created pods.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Daemon, exited, pod_config, run_request};
+use crust::cri::pb;
+
+async fn status(
+    c: &mut pb::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    id: &str,
+) -> (pb::PodSandboxStatus, serde_json::Value) {
+    let r = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        r.status.unwrap(),
+        serde_json::from_str(&r.info["info"]).unwrap(),
+    )
+}
+
+fn assert_clean(d: &Daemon) {
+    assert!(
+        Daemon::entries(&d.ns_dir()).is_empty(),
+        "pins left: {:?}",
+        Daemon::entries(&d.ns_dir())
+    );
+    assert!(d.monitors().is_empty(), "monitors left: {:?}", d.monitors());
+    assert!(
+        d.pod_cgroups().is_empty(),
+        "cgroups left: {:?}",
+        d.pod_cgroups()
+    );
+    assert!(
+        d.allocated_ips().is_empty(),
+        "IPs left: {:?}",
+        d.allocated_ips()
+    );
+}
+
+#[tokio::test]
+async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
+    let mut d = Daemon::start();
+    let mut c = d.client().await;
+    let a = c
+        .run_pod_sandbox(run_request(pod_config("a")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let b = c
+        .run_pod_sandbox(run_request(pod_config("b")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: b.clone(),
+    })
+    .await
+    .unwrap();
+    let (before, info) = status(&mut c, &a).await;
+    let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
+
+    d.kill9();
+    assert!(!exited(monitor), "a daemon crash does not touch pods");
+    d.launch();
+    let mut c = d.client().await;
+    let (after, _) = status(&mut c, &a).await;
+    assert_eq!(after.state, pb::PodSandboxState::SandboxReady as i32);
+    assert_eq!(after.network, before.network, "same IP after restart");
+    assert_eq!(after.created_at, before.created_at);
+    let (b_after, _) = status(&mut c, &b).await;
+    assert_eq!(b_after.state, pb::PodSandboxState::SandboxNotready as i32);
+    // The name is still taken.
+    let err = c
+        .run_pod_sandbox(run_request(pod_config("a")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    // Stopping and removing after the restart frees everything.
+    for id in [&a, &b] {
+        c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .unwrap();
+        c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .unwrap();
+    }
+    assert!(exited(monitor));
+    assert_clean(&d);
+}
+
+// Multi-threaded, so the dropped client's connection closes while this thread waits on the
+// daemon's exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_gracefully_and_pods_keep_running() {
+    let mut d = Daemon::start();
+    let mut c = d.client().await;
+    let id = c
+        .run_pod_sandbox(run_request(pod_config("stay")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let (_, info) = status(&mut c, &id).await;
+    let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
+    drop(c);
+    assert!(
+        d.terminate().success(),
+        "clean exit on SIGTERM; log:\n{}",
+        d.log()
+    );
+    assert!(!d.socket.exists(), "socket removed on a clean stop");
+    assert!(!exited(monitor), "pods outlive the daemon");
+    d.launch();
+    let mut c = d.client().await;
+    assert_eq!(
+        status(&mut c, &id).await.0.state,
+        pb::PodSandboxState::SandboxReady as i32
+    );
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    assert_clean(&d);
+}
+
+#[tokio::test]
+async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
+    let mut d = Daemon::start();
+    let mut c = d.client().await;
+    let id = c
+        .run_pod_sandbox(run_request(pod_config("victim")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let (_, info) = status(&mut c, &id).await;
+    let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(monitor),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let mut state = 0;
+    for _ in 0..100 {
+        state = status(&mut c, &id).await.0.state;
+        if state == pb::PodSandboxState::SandboxNotready as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        state,
+        pb::PodSandboxState::SandboxNotready as i32,
+        "noticed while running"
+    );
+
+    // A monitor that dies while the daemon is down is noticed at start.
+    let id2 = c
+        .run_pod_sandbox(run_request(pod_config("victim2")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let (_, info) = status(&mut c, &id2).await;
+    let monitor2 = info["monitor"]["pid"].as_i64().unwrap() as i32;
+    d.kill9();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(monitor2),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    d.launch();
+    let mut c = d.client().await;
+    assert_eq!(
+        status(&mut c, &id2).await.0.state,
+        pb::PodSandboxState::SandboxNotready as i32
+    );
+    for id in [id, id2] {
+        c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap();
+        c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+            .await
+            .unwrap();
+    }
+    assert_clean(&d);
+}
+
+#[tokio::test]
+async fn a_sandbox_half_created_when_the_daemon_died_is_rolled_back() {
+    // The second plugin sleeps in ADD: the daemon is killed after bridge has allocated an IP,
+    // created a veth and the monitor has pinned namespaces.
+    let mut d = Daemon::start_with_plugins(&[r#"{"type":"crust-test-slow","sleepSeconds":3}"#]);
+    let c = d.client().await;
+    let run = tokio::spawn(async move {
+        let mut c = c;
+        c.run_pod_sandbox(run_request(pod_config("half"))).await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while d.allocated_ips().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bridge ADD never happened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    d.kill9();
+    assert!(run.await.unwrap().is_err());
+    assert!(
+        !d.monitors().is_empty() && !d.allocated_ips().is_empty(),
+        "half a pod exists"
+    );
+    d.write_bridge_network(&[]);
+    d.launch();
+    assert_clean(&d);
+    assert!(Daemon::entries(&d.state.join("sandboxes")).is_empty());
+    let mut c = d.client().await;
+    assert!(
+        c.list_pod_sandbox(pb::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+            .is_empty()
+    );
+    // The name was never committed.
+    let id = c
+        .run_pod_sandbox(run_request(pod_config("half")))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+    assert_clean(&d);
+}
+
+#[tokio::test]
+async fn one_daemon_per_socket_and_stale_sockets_are_replaced() {
+    let mut d = Daemon::start();
+    // A second daemon on the same state and socket refuses to start and says why.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["serve", "--listen"])
+        .arg(&d.socket)
+        .arg("--root")
+        .arg(&d.root)
+        .arg("--state")
+        .arg(&d.state)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another crust is serving"), "{err}");
+    // After a SIGKILL the socket file stays behind; the next start replaces it.
+    d.kill9();
+    assert!(d.socket.exists());
+    d.launch();
+    let mut c = d.client().await;
+    c.version(pb::VersionRequest::default()).await.unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&d.socket).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o660);
+}
