@@ -63,6 +63,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
             .map_err(io("setting mode of", dir))?;
     }
+    ensure_tmpfs(&config.state)?;
     let _lock = lock_state(&config.state, &socket)?;
     let sandboxes = Sandboxes::new(sandbox_context(&config)?);
     prepare_ns_dir(&sandboxes.context().ns_dir())?;
@@ -135,6 +136,32 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         handlers: config.runtime_handlers.clone(),
         monitor_timeout: Duration::from_secs(10),
     })
+}
+
+/// The state directory describes processes, mounts and namespaces, which all die with the
+/// machine, so it lives in memory: if it is not on a tmpfs already (as `/run` is on most hosts),
+/// one is mounted there. A reboot then starts from a clean slate, and the fsyncs that keep
+/// records whole cost nothing.
+fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
+    let on_tmpfs = nix::sys::statfs::statfs(state)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    if on_tmpfs {
+        return Ok(());
+    }
+    mount(
+        Some("tmpfs"),
+        state,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0711"),
+    )
+    .map_err(|e| DaemonError::Io {
+        what: "mounting tmpfs on",
+        path: state.to_owned(),
+        source: e.into(),
+    })?;
+    tracing::info!(state = %state.display(), "mounted a tmpfs on the state directory");
+    Ok(())
 }
 
 /// One daemon per state directory: the lock is held for the daemon's life.

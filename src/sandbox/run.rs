@@ -225,21 +225,31 @@ async fn bring_up(
             .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
             .collect(),
     };
+    let t = std::time::Instant::now();
     let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)
         .await
         .map_err(|e| ("start the pod monitor", e.to_string()))?;
+    tracing::debug!(elapsed = ?t.elapsed(), pid = handle.identity.pid, "monitor ready");
     record.monitor = Some(handle.identity);
     let network = async {
-        match &record.network {
+        let t = std::time::Instant::now();
+        let r = match &record.network {
             Some(net) => ctx.cni.add(&net.list, &net.attachment).await.map(Some),
             None => Ok(None),
-        }
+        };
+        tracing::debug!(elapsed = ?t.elapsed(), "CNI ADD done");
+        r
     };
     let mut pids = vec![handle.identity.pid];
     pids.extend(handle.identity.init_pid);
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
-    let cgroup = tokio::task::spawn_blocking(move || cgroups.create(&path, &pids));
+    let cgroup = tokio::task::spawn_blocking(move || {
+        let t = std::time::Instant::now();
+        let r = cgroups.create(&path, &pids);
+        tracing::debug!(elapsed = ?t.elapsed(), "pod cgroup created");
+        r
+    });
     let (net, cg) = tokio::join!(network, cgroup);
     let net = net.map_err(|e| ("set up the pod network", e.to_string()))?;
     cg.map_err(|e| ("create the pod cgroup", e.to_string()))?

@@ -17,6 +17,7 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
         .monitor
         .or_else(|| monitor::read_pidfile(&record.dir));
     let stop_monitor = async {
+        let _t = Timed::start("monitor stopped");
         match identity {
             Some(identity) => MonitorHandle {
                 identity,
@@ -29,6 +30,7 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
         }
     };
     let del_network = async {
+        let _t = Timed::start("CNI DEL done");
         match &record.network {
             Some(net) => {
                 let prev = net.result.as_ref().map(|r| &r.raw);
@@ -49,7 +51,11 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
     }
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
-    match tokio::task::spawn_blocking(move || cgroups.remove(&path)).await {
+    let removed = tokio::task::spawn_blocking(move || {
+        let _t = Timed::start("pod cgroup removed");
+        cgroups.remove(&path)
+    });
+    match removed.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => errors.push(format!("remove pod cgroup: {e}")),
         Err(e) => errors.push(format!("remove pod cgroup: {e}")),
@@ -70,5 +76,20 @@ pub(super) fn unpin(pin: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(pin) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+/// Logs how long a step took when dropped (at debug level, for finding slow steps).
+pub(super) struct Timed(&'static str, std::time::Instant);
+
+impl Timed {
+    pub(super) fn start(what: &'static str) -> Timed {
+        Timed(what, std::time::Instant::now())
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        tracing::debug!(elapsed = ?self.1.elapsed(), "{}", self.0);
     }
 }
