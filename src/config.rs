@@ -13,9 +13,15 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/crust/config.toml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("parsing {path}: {source}")]
-    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -54,6 +60,7 @@ pub struct Config {
     pub runtime_handlers: Vec<String>,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
+    pub image: ImageStoreConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,14 +78,46 @@ pub struct NetworkConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
-    /// Mirrors per registry host, tried in order before the host itself.
+    /// Mirrors per registry host (`docker.io`, `registry.k8s.io`, or `*` for every host), tried
+    /// in order before the host itself. Plain `http://` is used only for endpoints named here.
     pub mirrors: BTreeMap<String, MirrorConfig>,
+    /// TLS settings per endpoint host (`host[:port]`).
+    pub configs: BTreeMap<String, RegistryHostConfig>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MirrorConfig {
+    /// `http://host[:port]` or `https://host[:port]`, without a path.
     pub endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryHostConfig {
+    /// PEM file of extra CA certificates trusted for this host.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (testing only).
+    pub insecure_skip_verify: bool,
+}
+
+/// The image store and pulls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageStoreConfig {
+    /// Layer downloads running at once, across all pulls.
+    pub max_concurrent_downloads: usize,
+    /// A pull that receives no data for this many seconds is aborted.
+    pub pull_progress_timeout_secs: u64,
+}
+
+impl Default for ImageStoreConfig {
+    fn default() -> Self {
+        ImageStoreConfig {
+            max_concurrent_downloads: 3,
+            pull_progress_timeout_secs: 60,
+        }
+    }
 }
 
 impl Default for Config {
@@ -95,6 +134,7 @@ impl Default for Config {
             runtime_handlers: vec!["runc".into()],
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
+            image: ImageStoreConfig::default(),
         }
     }
 }
@@ -172,13 +212,19 @@ impl Config {
         self.socket_path()?;
         for (name, dir) in [("root", &self.root), ("state", &self.state)] {
             if !dir.is_absolute() {
-                return invalid(format!("{name} must be an absolute path, got {}", dir.display()));
+                return invalid(format!(
+                    "{name} must be an absolute path, got {}",
+                    dir.display()
+                ));
             }
         }
         if self.root == self.state {
             return invalid("root and state must be different directories".into());
         }
-        if !self.runtime_handlers.contains(&self.default_runtime_handler) {
+        if !self
+            .runtime_handlers
+            .contains(&self.default_runtime_handler)
+        {
             return invalid(format!(
                 "default_runtime_handler {:?} is not one of runtime_handlers {:?}",
                 self.default_runtime_handler, self.runtime_handlers
@@ -187,22 +233,47 @@ impl Config {
         if !self.default_cgroup_parent.starts_with('/')
             && self.cgroup_driver == CgroupDriver::Cgroupfs
         {
-            return invalid("default_cgroup_parent must start with / for the cgroupfs driver".into());
+            return invalid(
+                "default_cgroup_parent must start with / for the cgroupfs driver".into(),
+            );
         }
         if self.network.plugin_timeout_ms == 0 {
             return invalid("network.plugin_timeout_ms must be positive".into());
         }
+        self.validate_registry()?;
+        tracing_subscriber::EnvFilter::try_new(&self.log_level)
+            .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
+        Ok(())
+    }
+
+    fn validate_registry(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
         for (host, mirror) in &self.registry.mirrors {
             for e in &mirror.endpoints {
-                if !(e.starts_with("http://") || e.starts_with("https://")) {
+                if endpoint_host(e).is_none() {
                     return invalid(format!(
-                        "registry.mirrors.{host:?}: endpoint {e:?} must start with http:// or https://"
+                        "registry.mirrors.{host:?}: endpoint {e:?} must be http://host[:port] or https://host[:port]"
                     ));
                 }
             }
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log_level)
-            .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
+        for (host, c) in &self.registry.configs {
+            if let Some(ca) = &c.ca_file {
+                if !ca.is_file() {
+                    return invalid(format!(
+                        "registry.configs.{host:?}: ca_file {} is not a file",
+                        ca.display()
+                    ));
+                }
+            }
+        }
+        let image = &self.image;
+        if !(1..=64).contains(&image.max_concurrent_downloads) {
+            return invalid("image.max_concurrent_downloads must be between 1 and 64".into());
+        }
+        if image.pull_progress_timeout_secs == 0 {
+            return invalid("image.pull_progress_timeout_secs must be positive".into());
+        }
         Ok(())
     }
 
@@ -219,6 +290,19 @@ impl Config {
     }
 }
 
+/// The `host[:port]` of a mirror endpoint `scheme://host[:port][/]`, or None when malformed.
+pub fn endpoint_host(endpoint: &str) -> Option<&str> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))?;
+    let host = rest.strip_suffix('/').unwrap_or(rest);
+    let ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    ok.then_some(host)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,7 +311,10 @@ mod tests {
     fn defaults_are_valid() {
         let c = Config::default();
         c.validate().unwrap();
-        assert_eq!(c.socket_path().unwrap(), PathBuf::from("/run/crust/crust.sock"));
+        assert_eq!(
+            c.socket_path().unwrap(),
+            PathBuf::from("/run/crust/crust.sock")
+        );
     }
 
     #[test]
@@ -242,21 +329,63 @@ mod tests {
             "#,
         )
         .unwrap();
-        c.apply(Overrides { listen: Some("/tmp/c.sock".into()), ..Default::default() });
+        c.apply(Overrides {
+            listen: Some("/tmp/c.sock".into()),
+            ..Default::default()
+        });
         c.validate().unwrap();
         assert_eq!(c.root, PathBuf::from("/data/crust"));
         assert_eq!(c.state, PathBuf::from("/run/crust"));
         assert_eq!(c.network.conf_dir, PathBuf::from("/tmp/net.d"));
         assert_eq!(c.socket_path().unwrap(), PathBuf::from("/tmp/c.sock"));
-        assert_eq!(c.registry.mirrors["registry.k8s.io"].endpoints, ["http://127.0.0.1:5000"]);
+        assert_eq!(
+            c.registry.mirrors["registry.k8s.io"].endpoints,
+            ["http://127.0.0.1:5000"]
+        );
+    }
+
+    #[test]
+    fn registry_and_image_settings() {
+        let c = Config::parse(
+            r#"
+            [registry.mirrors."docker.io"]
+            endpoints = ["http://127.0.0.1:5000", "https://mirror.example:8443/"]
+            [registry.configs."mirror.example:8443"]
+            insecure_skip_verify = true
+            [image]
+            max_concurrent_downloads = 5
+            pull_progress_timeout_secs = 7
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.image.max_concurrent_downloads, 5);
+        assert!(c.registry.configs["mirror.example:8443"].insecure_skip_verify);
+        assert_eq!(
+            endpoint_host("https://mirror.example:8443/"),
+            Some("mirror.example:8443")
+        );
+        for bad in ["ftp://x", "http://", "http://host/path", "127.0.0.1:5000"] {
+            assert!(endpoint_host(bad).is_none(), "{bad}");
+        }
+        let mut c = Config::default();
+        c.image.max_concurrent_downloads = 0;
+        assert!(c.validate().is_err());
+        assert!(Config::parse("[image]\nbogus = 1").is_err());
     }
 
     #[test]
     fn unknown_keys_and_bad_values_are_rejected() {
         assert!(Config::parse("nonsense = 1").is_err());
-        let c = Config { listen: "tcp://0.0.0.0:1".into(), ..Default::default() };
+        let c = Config {
+            listen: "tcp://0.0.0.0:1".into(),
+            ..Default::default()
+        };
         assert!(c.validate().unwrap_err().to_string().contains("listen"));
-        let c = Config { default_runtime_handler: "kata".into(), ..Default::default() };
+        let c = Config {
+            default_runtime_handler: "kata".into(),
+            ..Default::default()
+        };
         assert!(c.validate().unwrap_err().to_string().contains("kata"));
     }
 }

@@ -25,7 +25,11 @@ pub struct CgroupSettings {
 impl CgroupSettings {
     /// The pod cgroup's name for `parent` (the request's `cgroup_parent`, maybe empty).
     pub fn pod_path(&self, parent: &str, id: &str) -> String {
-        let parent = if parent.is_empty() { self.default_parent.as_str() } else { parent };
+        let parent = if parent.is_empty() {
+            self.default_parent.as_str()
+        } else {
+            parent
+        };
         match self.driver {
             CgroupDriver::Cgroupfs => format!("{}/crust-{id}", parent.trim_end_matches('/')),
             CgroupDriver::Systemd => format!("{parent}:crust:{id}"),
@@ -50,7 +54,9 @@ impl CgroupSettings {
     pub fn create(&self, path: &str, pids: &[i32]) -> Result<(), CgroupError> {
         let manager = self.manager(path)?;
         for pid in pids {
-            manager.add_task(nix::unistd::Pid::from_raw(*pid)).map_err(|e| err(path, e))?;
+            manager
+                .add_task(nix::unistd::Pid::from_raw(*pid))
+                .map_err(|e| err(path, e))?;
         }
         Ok(())
     }
@@ -73,7 +79,10 @@ impl CgroupSettings {
 }
 
 fn err(path: &str, e: impl std::fmt::Display) -> CgroupError {
-    CgroupError::Manager { path: path.to_owned(), msg: e.to_string() }
+    CgroupError::Manager {
+        path: path.to_owned(),
+        msg: e.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -88,8 +97,14 @@ mod tests {
             root: "/sys/fs/cgroup".into(),
         };
         assert_eq!(s.pod_path("", "ab"), "/crust/crust-ab");
-        assert_eq!(s.pod_path("/kubepods/pod1/", "ab"), "/kubepods/pod1/crust-ab");
+        assert_eq!(
+            s.pod_path("/kubepods/pod1/", "ab"),
+            "/kubepods/pod1/crust-ab"
+        );
         s.driver = CgroupDriver::Systemd;
-        assert_eq!(s.pod_path("kubepods-pod1.slice", "ab"), "kubepods-pod1.slice:crust:ab");
+        assert_eq!(
+            s.pod_path("kubepods-pod1.slice", "ab"),
+            "kubepods-pod1.slice:crust:ab"
+        );
     }
 }
