@@ -73,10 +73,5 @@ fn cni(config: &Config) -> Result<String, String> {
     });
     let list = cni.network().map_err(|e| e.to_string())?;
     let plugins: Vec<_> = list.plugins.iter().map(|p| p.kind.as_str()).collect();
-    Ok(format!(
-        "network {:?} from {} ({})",
-        list.name,
-        list.source.display(),
-        plugins.join(", ")
-    ))
+    Ok(format!("network {:?} from {} ({})", list.name, list.source.display(), plugins.join(", ")))
 }

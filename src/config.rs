@@ -13,15 +13,9 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/crust/config.toml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("parsing {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: Box<toml::de::Error>,
-    },
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -113,10 +107,7 @@ pub struct ImageStoreConfig {
 
 impl Default for ImageStoreConfig {
     fn default() -> Self {
-        ImageStoreConfig {
-            max_concurrent_downloads: 3,
-            pull_progress_timeout_secs: 60,
-        }
+        ImageStoreConfig { max_concurrent_downloads: 3, pull_progress_timeout_secs: 60 }
     }
 }
 
@@ -212,19 +203,13 @@ impl Config {
         self.socket_path()?;
         for (name, dir) in [("root", &self.root), ("state", &self.state)] {
             if !dir.is_absolute() {
-                return invalid(format!(
-                    "{name} must be an absolute path, got {}",
-                    dir.display()
-                ));
+                return invalid(format!("{name} must be an absolute path, got {}", dir.display()));
             }
         }
         if self.root == self.state {
             return invalid("root and state must be different directories".into());
         }
-        if !self
-            .runtime_handlers
-            .contains(&self.default_runtime_handler)
-        {
+        if !self.runtime_handlers.contains(&self.default_runtime_handler) {
             return invalid(format!(
                 "default_runtime_handler {:?} is not one of runtime_handlers {:?}",
                 self.default_runtime_handler, self.runtime_handlers
@@ -233,9 +218,7 @@ impl Config {
         if !self.default_cgroup_parent.starts_with('/')
             && self.cgroup_driver == CgroupDriver::Cgroupfs
         {
-            return invalid(
-                "default_cgroup_parent must start with / for the cgroupfs driver".into(),
-            );
+            return invalid("default_cgroup_parent must start with / for the cgroupfs driver".into());
         }
         if self.network.plugin_timeout_ms == 0 {
             return invalid("network.plugin_timeout_ms must be positive".into());
@@ -260,10 +243,7 @@ impl Config {
         for (host, c) in &self.registry.configs {
             if let Some(ca) = &c.ca_file {
                 if !ca.is_file() {
-                    return invalid(format!(
-                        "registry.configs.{host:?}: ca_file {} is not a file",
-                        ca.display()
-                    ));
+                    return invalid(format!("registry.configs.{host:?}: ca_file {} is not a file", ca.display()));
                 }
             }
         }
@@ -292,14 +272,10 @@ impl Config {
 
 /// The `host[:port]` of a mirror endpoint `scheme://host[:port][/]`, or None when malformed.
 pub fn endpoint_host(endpoint: &str) -> Option<&str> {
-    let rest = endpoint
-        .strip_prefix("http://")
-        .or_else(|| endpoint.strip_prefix("https://"))?;
+    let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"))?;
     let host = rest.strip_suffix('/').unwrap_or(rest);
     let ok = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
     ok.then_some(host)
 }
 
@@ -311,10 +287,7 @@ mod tests {
     fn defaults_are_valid() {
         let c = Config::default();
         c.validate().unwrap();
-        assert_eq!(
-            c.socket_path().unwrap(),
-            PathBuf::from("/run/crust/crust.sock")
-        );
+        assert_eq!(c.socket_path().unwrap(), PathBuf::from("/run/crust/crust.sock"));
     }
 
     #[test]
@@ -329,19 +302,13 @@ mod tests {
             "#,
         )
         .unwrap();
-        c.apply(Overrides {
-            listen: Some("/tmp/c.sock".into()),
-            ..Default::default()
-        });
+        c.apply(Overrides { listen: Some("/tmp/c.sock".into()), ..Default::default() });
         c.validate().unwrap();
         assert_eq!(c.root, PathBuf::from("/data/crust"));
         assert_eq!(c.state, PathBuf::from("/run/crust"));
         assert_eq!(c.network.conf_dir, PathBuf::from("/tmp/net.d"));
         assert_eq!(c.socket_path().unwrap(), PathBuf::from("/tmp/c.sock"));
-        assert_eq!(
-            c.registry.mirrors["registry.k8s.io"].endpoints,
-            ["http://127.0.0.1:5000"]
-        );
+        assert_eq!(c.registry.mirrors["registry.k8s.io"].endpoints, ["http://127.0.0.1:5000"]);
     }
 
     #[test]
@@ -361,10 +328,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.image.max_concurrent_downloads, 5);
         assert!(c.registry.configs["mirror.example:8443"].insecure_skip_verify);
-        assert_eq!(
-            endpoint_host("https://mirror.example:8443/"),
-            Some("mirror.example:8443")
-        );
+        assert_eq!(endpoint_host("https://mirror.example:8443/"), Some("mirror.example:8443"));
         for bad in ["ftp://x", "http://", "http://host/path", "127.0.0.1:5000"] {
             assert!(endpoint_host(bad).is_none(), "{bad}");
         }
@@ -377,15 +341,9 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_are_rejected() {
         assert!(Config::parse("nonsense = 1").is_err());
-        let c = Config {
-            listen: "tcp://0.0.0.0:1".into(),
-            ..Default::default()
-        };
+        let c = Config { listen: "tcp://0.0.0.0:1".into(), ..Default::default() };
         assert!(c.validate().unwrap_err().to_string().contains("listen"));
-        let c = Config {
-            default_runtime_handler: "kata".into(),
-            ..Default::default()
-        };
+        let c = Config { default_runtime_handler: "kata".into(), ..Default::default() };
         assert!(c.validate().unwrap_err().to_string().contains("kata"));
     }
 }

@@ -21,11 +21,7 @@ use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("another crust is serving {0}")]
     AlreadyRunning(String),
     #[error("{0}")]
@@ -37,11 +33,7 @@ pub enum DaemonError {
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
-    move |source| DaemonError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
+    move |source| DaemonError::Io { what, path: path.to_owned(), source }
 }
 
 /// Runs the daemon until it is asked to stop.
@@ -68,12 +60,8 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     std::fs::create_dir_all(sandboxes.context().sandboxes_dir())
         .map_err(io("creating", &sandboxes.context().sandboxes_dir()))?;
     let summary = sandboxes.recover().await;
-    tracing::info!(
-        ready = summary.ready,
-        not_ready = summary.not_ready,
-        rolled_back = summary.rolled_back,
-        "recovered pod sandboxes"
-    );
+    tracing::info!(ready = summary.ready, not_ready = summary.not_ready,
+        rolled_back = summary.rolled_back, "recovered pod sandboxes");
     let images = Arc::new(tokio::task::block_in_place(|| {
         crate::image::Images::open(crate::image::ImageSettings::from_config(&config), true)
     })?);
@@ -145,35 +133,13 @@ fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, Daemo
 /// unmount of a pin reaches copies of it in other mount namespaces.
 fn prepare_ns_dir(dir: &Path) -> Result<(), DaemonError> {
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    let shared = |d: &Path| {
-        mount(
-            None::<&str>,
-            d,
-            None::<&str>,
-            MsFlags::MS_SHARED | MsFlags::MS_REC,
-            None::<&str>,
-        )
-    };
+    let shared = |d: &Path| mount(None::<&str>, d, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
     if shared(dir).is_ok() {
         return Ok(());
     }
-    mount(
-        Some(dir),
-        dir,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .map_err(|e| DaemonError::Io {
-        what: "bind-mounting",
-        path: dir.to_owned(),
-        source: e.into(),
-    })?;
-    shared(dir).map_err(|e| DaemonError::Io {
-        what: "sharing mount",
-        path: dir.to_owned(),
-        source: e.into(),
-    })
+    mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+        .map_err(|e| DaemonError::Io { what: "bind-mounting", path: dir.to_owned(), source: e.into() })?;
+    shared(dir).map_err(|e| DaemonError::Io { what: "sharing mount", path: dir.to_owned(), source: e.into() })
 }
 
 /// Binds the CRI socket (mode 0660). A stale socket file is replaced; a live one is an error.
@@ -195,10 +161,9 @@ fn bind(socket: &Path) -> Result<UnixListener, DaemonError> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         return std::future::pending().await;
     };
     tokio::select! {

@@ -9,11 +9,7 @@ use clap::{Parser, Subcommand};
 use crust::config::{Config, LogFormat, Overrides};
 
 #[derive(Parser)]
-#[command(
-    name = "crust",
-    version,
-    about = "A Kubernetes container runtime (CRI v1)"
-)]
+#[command(name = "crust", version, about = "A Kubernetes container runtime (CRI v1)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -220,11 +216,8 @@ fn load(a: DaemonArgs) -> anyhow::Result<Config> {
 
 fn init_tracing(config: &Config) {
     // libcgroups announces its manager at info level, and every controller this host lacks at warn level, for every cgroup it touches.
-    let filter =
-        tracing_subscriber::EnvFilter::new(format!("{},libcgroups=error", config.log_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::new(format!("{},libcgroups=error", config.log_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

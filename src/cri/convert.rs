@@ -10,14 +10,9 @@ use crate::sandbox::{
     SandboxView,
 };
 
-pub fn sandbox_spec(
-    config: Option<pb::PodSandboxConfig>,
-    handler: String,
-) -> Result<SandboxSpec, Status> {
+pub fn sandbox_spec(config: Option<pb::PodSandboxConfig>, handler: String) -> Result<SandboxSpec, Status> {
     let config = config.ok_or_else(|| invalid("config is required"))?;
-    let meta = config
-        .metadata
-        .ok_or_else(|| invalid("config.metadata is required"))?;
+    let meta = config.metadata.ok_or_else(|| invalid("config.metadata is required"))?;
     let linux = config.linux.unwrap_or_default();
     let ns = linux
         .security_context
@@ -82,9 +77,7 @@ fn mode(field: &str, v: i32) -> Result<NamespaceMode, Status> {
         Ok(pb::NamespaceMode::Container) => Ok(NamespaceMode::Container),
         Ok(pb::NamespaceMode::Node) => Ok(NamespaceMode::Node),
         Ok(pb::NamespaceMode::Target) => Ok(NamespaceMode::Target),
-        Err(_) => Err(invalid(format!(
-            "namespace_options.{field}: unknown mode {v}"
-        ))),
+        Err(_) => Err(invalid(format!("namespace_options.{field}: unknown mode {v}"))),
     }
 }
 
@@ -107,11 +100,8 @@ fn metadata(m: &PodMetadata) -> pb::PodSandboxMetadata {
 }
 
 fn state(ready: bool) -> i32 {
-    (if ready {
-        pb::PodSandboxState::SandboxReady
-    } else {
-        pb::PodSandboxState::SandboxNotready
-    }) as i32
+    (if ready { pb::PodSandboxState::SandboxReady } else { pb::PodSandboxState::SandboxNotready })
+        as i32
 }
 
 pub fn sandbox(v: &SandboxView) -> pb::PodSandbox {
@@ -138,11 +128,7 @@ pub fn sandbox_status(v: &SandboxView) -> pb::PodSandboxStatus {
         created_at: r.created_at,
         network: Some(pb::PodSandboxNetworkStatus {
             ip: ips.first().map(ToString::to_string).unwrap_or_default(),
-            additional_ips: ips
-                .iter()
-                .skip(1)
-                .map(|ip| pb::PodIp { ip: ip.to_string() })
-                .collect(),
+            additional_ips: ips.iter().skip(1).map(|ip| pb::PodIp { ip: ip.to_string() }).collect(),
         }),
         linux: Some(pb::LinuxPodSandboxStatus {
             namespaces: Some(pb::Namespace {
@@ -165,9 +151,7 @@ pub fn sandbox_filter(f: Option<pb::PodSandboxFilter>) -> crate::sandbox::Sandbo
     let f = f.unwrap_or_default();
     crate::sandbox::SandboxFilter {
         id: (!f.id.is_empty()).then_some(f.id),
-        ready: f
-            .state
-            .map(|s| s.state == pb::PodSandboxState::SandboxReady as i32),
+        ready: f.state.map(|s| s.state == pb::PodSandboxState::SandboxReady as i32),
         labels: f.label_selector.into_iter().collect(),
     }
 }

@@ -8,9 +8,9 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::convert;
 use super::pb::{self, runtime_service_server::RuntimeService};
 use super::status::{invalid, unimplemented};
+use super::convert;
 use crate::config::CgroupDriver;
 use crate::network::Cni;
 use crate::sandbox::Sandboxes;
@@ -64,9 +64,7 @@ impl RuntimeService for RuntimeServer {
             let id = self.sandboxes.run(spec).await.inspect_err(log_err)?;
             tracing::Span::current().record("pod_id", id.as_str());
             tracing::info!("pod sandbox ready");
-            Ok(Response::new(pb::RunPodSandboxResponse {
-                pod_sandbox_id: id,
-            }))
+            Ok(Response::new(pb::RunPodSandboxResponse { pod_sandbox_id: id }))
         }
         .instrument(span)
         .await
@@ -105,8 +103,7 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::PodSandboxStatusRequest>,
     ) -> Result<Response<pb::PodSandboxStatusResponse>, Status> {
         let req = req.into_inner();
-        let _span =
-            tracing::debug_span!("PodSandboxStatus", pod_id = %req.pod_sandbox_id).entered();
+        let _span = tracing::debug_span!("PodSandboxStatus", pod_id = %req.pod_sandbox_id).entered();
         let view = self.sandboxes.status(&req.pod_sandbox_id)?;
         let mut info = std::collections::HashMap::new();
         if req.verbose {
@@ -125,12 +122,7 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
         let filter = convert::sandbox_filter(req.into_inner().filter);
-        let items = self
-            .sandboxes
-            .list(&filter)
-            .iter()
-            .map(convert::sandbox)
-            .collect();
+        let items = self.sandboxes.list(&filter).iter().map(convert::sandbox).collect();
         Ok(Response::new(pb::ListPodSandboxResponse { items }))
     }
 
@@ -139,19 +131,11 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::StreamPodSandboxesRequest>,
     ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
         let filter = convert::sandbox_filter(req.into_inner().filter);
-        let all: Vec<pb::PodSandbox> = self
-            .sandboxes
-            .list(&filter)
-            .iter()
-            .map(convert::sandbox)
-            .collect();
+        let all: Vec<pb::PodSandbox> =
+            self.sandboxes.list(&filter).iter().map(convert::sandbox).collect();
         let batches: Vec<_> = all
             .chunks(STREAM_BATCH)
-            .map(|c| {
-                Ok(pb::StreamPodSandboxesResponse {
-                    pod_sandboxes: c.to_vec(),
-                })
-            })
+            .map(|c| Ok(pb::StreamPodSandboxesResponse { pod_sandboxes: c.to_vec() }))
             .collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
     }
@@ -162,10 +146,7 @@ impl RuntimeService for RuntimeServer {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let network = match self.cni.ready() {
             Ok(()) => condition("NetworkReady", None),
-            Err(e) => condition(
-                "NetworkReady",
-                Some(("NetworkPluginNotReady", e.to_string())),
-            ),
+            Err(e) => condition("NetworkReady", Some(("NetworkPluginNotReady", e.to_string()))),
         };
         let mut info = std::collections::HashMap::new();
         if req.into_inner().verbose {
@@ -176,10 +157,7 @@ impl RuntimeService for RuntimeServer {
                 Err(e) => serde_json::json!({"error": e.to_string()}),
             };
             info.insert("cni".to_owned(), cni.to_string());
-            info.insert(
-                "podCIDR".to_owned(),
-                self.pod_cidr.lock().map(|c| c.clone()).unwrap_or_default(),
-            );
+            info.insert("podCIDR".to_owned(), self.pod_cidr.lock().map(|c| c.clone()).unwrap_or_default());
         }
         Ok(Response::new(pb::StatusResponse {
             status: Some(pb::RuntimeStatus {
@@ -210,9 +188,7 @@ impl RuntimeService for RuntimeServer {
             CgroupDriver::Systemd => pb::CgroupDriver::Systemd,
         };
         Ok(Response::new(pb::RuntimeConfigResponse {
-            linux: Some(pb::LinuxRuntimeConfiguration {
-                cgroup_driver: driver as i32,
-            }),
+            linux: Some(pb::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }),
         }))
     }
 
@@ -228,9 +204,7 @@ impl RuntimeService for RuntimeServer {
             .unwrap_or_default();
         for part in cidr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if !valid_cidr(part) {
-                return Err(invalid(format!(
-                    "pod_cidr {part:?} is not a CIDR such as 10.88.0.0/16"
-                )));
+                return Err(invalid(format!("pod_cidr {part:?} is not a CIDR such as 10.88.0.0/16")));
             }
         }
         tracing::info!(pod_cidr = %cidr, "runtime config updated");
@@ -240,178 +214,103 @@ impl RuntimeService for RuntimeServer {
         Ok(Response::new(pb::UpdateRuntimeConfigResponse {}))
     }
 
-    async fn create_container(
-        &self,
-        _: Request<pb::CreateContainerRequest>,
-    ) -> Result<Response<pb::CreateContainerResponse>, Status> {
+    async fn create_container(&self, _: Request<pb::CreateContainerRequest>) -> Result<Response<pb::CreateContainerResponse>, Status> {
         Err(unimplemented("CreateContainer"))
     }
 
-    async fn start_container(
-        &self,
-        _: Request<pb::StartContainerRequest>,
-    ) -> Result<Response<pb::StartContainerResponse>, Status> {
+    async fn start_container(&self, _: Request<pb::StartContainerRequest>) -> Result<Response<pb::StartContainerResponse>, Status> {
         Err(unimplemented("StartContainer"))
     }
 
-    async fn stop_container(
-        &self,
-        _: Request<pb::StopContainerRequest>,
-    ) -> Result<Response<pb::StopContainerResponse>, Status> {
+    async fn stop_container(&self, _: Request<pb::StopContainerRequest>) -> Result<Response<pb::StopContainerResponse>, Status> {
         Err(unimplemented("StopContainer"))
     }
 
-    async fn remove_container(
-        &self,
-        _: Request<pb::RemoveContainerRequest>,
-    ) -> Result<Response<pb::RemoveContainerResponse>, Status> {
+    async fn remove_container(&self, _: Request<pb::RemoveContainerRequest>) -> Result<Response<pb::RemoveContainerResponse>, Status> {
         Err(unimplemented("RemoveContainer"))
     }
 
-    async fn list_containers(
-        &self,
-        _: Request<pb::ListContainersRequest>,
-    ) -> Result<Response<pb::ListContainersResponse>, Status> {
+    async fn list_containers(&self, _: Request<pb::ListContainersRequest>) -> Result<Response<pb::ListContainersResponse>, Status> {
         Err(unimplemented("ListContainers"))
     }
 
-    async fn container_status(
-        &self,
-        _: Request<pb::ContainerStatusRequest>,
-    ) -> Result<Response<pb::ContainerStatusResponse>, Status> {
+    async fn container_status(&self, _: Request<pb::ContainerStatusRequest>) -> Result<Response<pb::ContainerStatusResponse>, Status> {
         Err(unimplemented("ContainerStatus"))
     }
 
-    async fn update_container_resources(
-        &self,
-        _: Request<pb::UpdateContainerResourcesRequest>,
-    ) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
+    async fn update_container_resources(&self, _: Request<pb::UpdateContainerResourcesRequest>) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
         Err(unimplemented("UpdateContainerResources"))
     }
 
-    async fn reopen_container_log(
-        &self,
-        _: Request<pb::ReopenContainerLogRequest>,
-    ) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
+    async fn reopen_container_log(&self, _: Request<pb::ReopenContainerLogRequest>) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
         Err(unimplemented("ReopenContainerLog"))
     }
 
-    async fn exec_sync(
-        &self,
-        _: Request<pb::ExecSyncRequest>,
-    ) -> Result<Response<pb::ExecSyncResponse>, Status> {
+    async fn exec_sync(&self, _: Request<pb::ExecSyncRequest>) -> Result<Response<pb::ExecSyncResponse>, Status> {
         Err(unimplemented("ExecSync"))
     }
 
-    async fn exec(
-        &self,
-        _: Request<pb::ExecRequest>,
-    ) -> Result<Response<pb::ExecResponse>, Status> {
+    async fn exec(&self, _: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResponse>, Status> {
         Err(unimplemented("Exec"))
     }
 
-    async fn attach(
-        &self,
-        _: Request<pb::AttachRequest>,
-    ) -> Result<Response<pb::AttachResponse>, Status> {
+    async fn attach(&self, _: Request<pb::AttachRequest>) -> Result<Response<pb::AttachResponse>, Status> {
         Err(unimplemented("Attach"))
     }
 
-    async fn port_forward(
-        &self,
-        _: Request<pb::PortForwardRequest>,
-    ) -> Result<Response<pb::PortForwardResponse>, Status> {
+    async fn port_forward(&self, _: Request<pb::PortForwardRequest>) -> Result<Response<pb::PortForwardResponse>, Status> {
         Err(unimplemented("PortForward"))
     }
 
-    async fn container_stats(
-        &self,
-        _: Request<pb::ContainerStatsRequest>,
-    ) -> Result<Response<pb::ContainerStatsResponse>, Status> {
+    async fn container_stats(&self, _: Request<pb::ContainerStatsRequest>) -> Result<Response<pb::ContainerStatsResponse>, Status> {
         Err(unimplemented("ContainerStats"))
     }
 
-    async fn list_container_stats(
-        &self,
-        _: Request<pb::ListContainerStatsRequest>,
-    ) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
+    async fn list_container_stats(&self, _: Request<pb::ListContainerStatsRequest>) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
         Err(unimplemented("ListContainerStats"))
     }
 
-    async fn pod_sandbox_stats(
-        &self,
-        _: Request<pb::PodSandboxStatsRequest>,
-    ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
+    async fn pod_sandbox_stats(&self, _: Request<pb::PodSandboxStatsRequest>) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
         Err(unimplemented("PodSandboxStats"))
     }
 
-    async fn list_pod_sandbox_stats(
-        &self,
-        _: Request<pb::ListPodSandboxStatsRequest>,
-    ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
+    async fn list_pod_sandbox_stats(&self, _: Request<pb::ListPodSandboxStatsRequest>) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
         Err(unimplemented("ListPodSandboxStats"))
     }
 
-    async fn checkpoint_container(
-        &self,
-        _: Request<pb::CheckpointContainerRequest>,
-    ) -> Result<Response<pb::CheckpointContainerResponse>, Status> {
+    async fn checkpoint_container(&self, _: Request<pb::CheckpointContainerRequest>) -> Result<Response<pb::CheckpointContainerResponse>, Status> {
         Err(unimplemented("CheckpointContainer"))
     }
 
-    async fn list_metric_descriptors(
-        &self,
-        _: Request<pb::ListMetricDescriptorsRequest>,
-    ) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
+    async fn list_metric_descriptors(&self, _: Request<pb::ListMetricDescriptorsRequest>) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
         Err(unimplemented("ListMetricDescriptors"))
     }
 
-    async fn list_pod_sandbox_metrics(
-        &self,
-        _: Request<pb::ListPodSandboxMetricsRequest>,
-    ) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
+    async fn list_pod_sandbox_metrics(&self, _: Request<pb::ListPodSandboxMetricsRequest>) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
         Err(unimplemented("ListPodSandboxMetrics"))
     }
 
-    async fn update_pod_sandbox_resources(
-        &self,
-        _: Request<pb::UpdatePodSandboxResourcesRequest>,
-    ) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
+    async fn update_pod_sandbox_resources(&self, _: Request<pb::UpdatePodSandboxResourcesRequest>) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
         Err(unimplemented("UpdatePodSandboxResources"))
     }
 
-    async fn stream_containers(
-        &self,
-        _: Request<pb::StreamContainersRequest>,
-    ) -> Result<Response<Self::StreamContainersStream>, Status> {
+    async fn stream_containers(&self, _: Request<pb::StreamContainersRequest>) -> Result<Response<Self::StreamContainersStream>, Status> {
         Err(unimplemented("StreamContainers"))
     }
 
-    async fn stream_container_stats(
-        &self,
-        _: Request<pb::StreamContainerStatsRequest>,
-    ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
+    async fn stream_container_stats(&self, _: Request<pb::StreamContainerStatsRequest>) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
         Err(unimplemented("StreamContainerStats"))
     }
 
-    async fn stream_pod_sandbox_stats(
-        &self,
-        _: Request<pb::StreamPodSandboxStatsRequest>,
-    ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
+    async fn stream_pod_sandbox_stats(&self, _: Request<pb::StreamPodSandboxStatsRequest>) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
         Err(unimplemented("StreamPodSandboxStats"))
     }
 
-    async fn get_container_events(
-        &self,
-        _: Request<pb::GetEventsRequest>,
-    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+    async fn get_container_events(&self, _: Request<pb::GetEventsRequest>) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         Err(unimplemented("GetContainerEvents"))
     }
 
-    async fn stream_pod_sandbox_metrics(
-        &self,
-        _: Request<pb::StreamPodSandboxMetricsRequest>,
-    ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
+    async fn stream_pod_sandbox_metrics(&self, _: Request<pb::StreamPodSandboxMetricsRequest>) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
         Err(unimplemented("StreamPodSandboxMetrics"))
     }
 }
@@ -427,9 +326,7 @@ fn condition(kind: &str, failure: Option<(&str, String)>) -> pb::RuntimeConditio
 }
 
 fn valid_cidr(s: &str) -> bool {
-    let Some((ip, bits)) = s.split_once('/') else {
-        return false;
-    };
+    let Some((ip, bits)) = s.split_once('/') else { return false };
     match (ip.parse::<std::net::IpAddr>(), bits.parse::<u8>()) {
         (Ok(std::net::IpAddr::V4(_)), Ok(b)) => b <= 32,
         (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,

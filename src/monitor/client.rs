@@ -72,15 +72,10 @@ pub async fn spawn(
     // The first process exits right after forking the monitor; reap it.
     let _ = child.wait().await;
     match serde_json::from_str::<Ready>(&line) {
-        Ok(Ready::Ok(identity)) => Ok(MonitorHandle {
-            identity,
-            dir: config.dir.clone(),
-        }),
+        Ok(Ready::Ok(identity)) => Ok(MonitorHandle { identity, dir: config.dir.clone() }),
         Ok(Ready::Failed { step, error }) => Err(MonitorError::Setup { step, error }),
         Err(_) if line.is_empty() => Err(MonitorError::Vanished(config.dir.join(LOG))),
-        Err(e) => Err(MonitorError::Protocol(format!(
-            "unreadable ready line: {e}"
-        ))),
+        Err(e) => Err(MonitorError::Protocol(format!("unreadable ready line: {e}"))),
     }
 }
 
@@ -143,12 +138,8 @@ impl MonitorHandle {
 }
 
 async fn wait_pidfd(pidfd: &std::os::fd::OwnedFd, timeout: Duration) -> bool {
-    let Ok(dup) = pidfd.try_clone() else {
-        return false;
-    };
-    crate::sys::pidfd_wait(dup, Some(timeout))
-        .await
-        .unwrap_or(false)
+    let Ok(dup) = pidfd.try_clone() else { return false };
+    crate::sys::pidfd_wait(dup, Some(timeout)).await.unwrap_or(false)
 }
 
 async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, MonitorError> {

@@ -41,10 +41,7 @@ pub struct NamespacePins {
 
 impl NamespacePins {
     pub fn all(&self) -> impl Iterator<Item = &Path> {
-        [&self.net, &self.ipc, &self.uts, &self.pid]
-            .into_iter()
-            .flatten()
-            .map(PathBuf::as_path)
+        [&self.net, &self.ipc, &self.uts, &self.pid].into_iter().flatten().map(PathBuf::as_path)
     }
 }
 
@@ -89,13 +86,8 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
-    Ok {
-        sandbox_id: String,
-        identity: Identity,
-    },
-    Err {
-        error: String,
-    },
+    Ok { sandbox_id: String, identity: Identity },
+    Err { error: String },
 }
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
@@ -120,33 +112,16 @@ mod tests {
         let me = std::process::id() as i32;
         let t = process_start_time(me).unwrap();
         assert_eq!(process_start_time(me), Some(t));
-        assert!(is_alive(&Identity {
-            pid: me,
-            start_time: t,
-            init_pid: None
-        }));
-        assert!(!is_alive(&Identity {
-            pid: me,
-            start_time: t + 1,
-            init_pid: None
-        }));
+        assert!(is_alive(&Identity { pid: me, start_time: t, init_pid: None }));
+        assert!(!is_alive(&Identity { pid: me, start_time: t + 1, init_pid: None }));
         assert_eq!(process_start_time(i32::MAX), None);
     }
 
     #[test]
     fn wire_format() {
-        assert_eq!(
-            serde_json::to_string(&Request::Shutdown).unwrap(),
-            r#"{"op":"shutdown"}"#
-        );
-        let r: Ready =
-            serde_json::from_str(r#"{"failed":{"step":"unshare","error":"EPERM"}}"#).unwrap();
-        assert_eq!(
-            r,
-            Ready::Failed {
-                step: "unshare".into(),
-                error: "EPERM".into()
-            }
-        );
+        assert_eq!(serde_json::to_string(&Request::Shutdown).unwrap(), r#"{"op":"shutdown"}"#);
+        let r: Ready = serde_json::from_str(r#"{"failed":{"step":"unshare","error":"EPERM"}}"#)
+            .unwrap();
+        assert_eq!(r, Ready::Failed { step: "unshare".into(), error: "EPERM".into() });
     }
 }

@@ -61,10 +61,7 @@ fn run(config: MonitorConfig) -> i32 {
         }
     };
     report(&Ready::Ok(identity));
-    log(&format!(
-        "monitor {} ready for sandbox {}",
-        identity.pid, config.sandbox_id
-    ));
+    log(&format!("monitor {} ready for sandbox {}", identity.pid, config.sandbox_id));
     serve(&config, identity, listener, &mut pod);
     0
 }
@@ -91,10 +88,7 @@ fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<
 
 fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
     step("setsid", setsid())?;
-    step(
-        "become subreaper",
-        nix::sys::prctl::set_child_subreaper(true),
-    )?;
+    step("become subreaper", nix::sys::prctl::set_child_subreaper(true))?;
     let pins = &config.pins;
     let mut flags = CloneFlags::empty();
     for (pin, flag) in [
@@ -120,10 +114,7 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
     }
     for (pin, kind) in [(&pins.net, "net"), (&pins.ipc, "ipc"), (&pins.uts, "uts")] {
         if let Some(pin) = pin {
-            step(
-                "pin namespaces",
-                pin_namespace(&format!("/proc/self/ns/{kind}"), pin),
-            )?;
+            step("pin namespaces", pin_namespace(&format!("/proc/self/ns/{kind}"), pin))?;
         }
     }
     let mut init_pid = None;
@@ -131,39 +122,19 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         let init = step("start pod init", start_init())?;
         pod.init = Some(init);
         init_pid = Some(init.as_raw());
-        step(
-            "pin namespaces",
-            pin_namespace(&format!("/proc/{init}/ns/pid"), pin),
-        )?;
+        step("pin namespaces", pin_namespace(&format!("/proc/{init}/ns/pid"), pin))?;
     }
     let pid = std::process::id() as i32;
     let start_time = super::process_start_time(pid).ok_or(("read start time", String::new()))?;
-    let identity = Identity {
-        pid,
-        start_time,
-        init_pid,
-    };
+    let identity = Identity { pid, start_time, init_pid };
     let record = serde_json::to_vec(&identity).unwrap_or_default();
-    step(
-        "write pid file",
-        crate::store::write_atomic(&config.dir.join(PIDFILE), &record),
-    )?;
+    step("write pid file", crate::store::write_atomic(&config.dir.join(PIDFILE), &record))?;
     Ok(identity)
 }
 
 fn pin_namespace(source: &str, pin: &Path) -> std::io::Result<()> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(pin)?;
-    mount(
-        Some(source),
-        pin,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )?;
+    OpenOptions::new().write(true).create(true).truncate(false).open(pin)?;
+    mount(Some(source), pin, None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
     Ok(())
 }
 
@@ -228,8 +199,7 @@ fn serve(config: &MonitorConfig, identity: Identity, listener: UnixListener, pod
 }
 
 fn readable(fd: &PollFd) -> bool {
-    fd.revents()
-        .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+    fd.revents().is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
 }
 
 fn reap(pod: &mut Pod) {
@@ -250,10 +220,7 @@ fn handle(config: &MonitorConfig, identity: Identity, stream: UnixStream, pod: &
     if BufReader::new(&stream).read_line(&mut line).is_err() {
         return false;
     }
-    let ok = Reply::Ok {
-        sandbox_id: config.sandbox_id.clone(),
-        identity,
-    };
+    let ok = Reply::Ok { sandbox_id: config.sandbox_id.clone(), identity };
     let (reply, exit) = match serde_json::from_str::<Request>(&line) {
         Ok(Request::Ping) => (ok, false),
         Ok(Request::Shutdown) => {
@@ -262,12 +229,7 @@ fn handle(config: &MonitorConfig, identity: Identity, stream: UnixStream, pod: &
             log("shutdown requested");
             (ok, true)
         }
-        Err(e) => (
-            Reply::Err {
-                error: format!("bad request: {e}"),
-            },
-            false,
-        ),
+        Err(e) => (Reply::Err { error: format!("bad request: {e}") }, false),
     };
     let mut out = serde_json::to_vec(&reply).unwrap_or_default();
     out.push(b'\n');
@@ -289,10 +251,7 @@ fn report(ready: &Ready) {
 
 fn report_failure(step: &str, error: &str) -> i32 {
     log(&format!("{step}: {error}"));
-    report(&Ready::Failed {
-        step: step.to_owned(),
-        error: error.to_owned(),
-    });
+    report(&Ready::Failed { step: step.to_owned(), error: error.to_owned() });
     1
 }
 

@@ -29,24 +29,16 @@ pub fn load_dir(dir: &Path) -> Result<NetworkList, CniError> {
         .map_err(|_| CniError::NoConfig(dir.to_owned()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("conflist" | "conf" | "json")
-            )
+            matches!(p.extension().and_then(|e| e.to_str()), Some("conflist" | "conf" | "json"))
         })
         .collect();
     files.sort();
-    let first = files
-        .first()
-        .ok_or_else(|| CniError::NoConfig(dir.to_owned()))?;
+    let first = files.first().ok_or_else(|| CniError::NoConfig(dir.to_owned()))?;
     load_file(first)
 }
 
 pub fn load_file(path: &Path) -> Result<NetworkList, CniError> {
-    let bad = |msg: String| CniError::BadConfig {
-        path: path.to_owned(),
-        msg,
-    };
+    let bad = |msg: String| CniError::BadConfig { path: path.to_owned(), msg };
     let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     let value: Value = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
     let Value::Object(mut top) = value else {
@@ -72,12 +64,7 @@ pub fn load_file(path: &Path) -> Result<NetworkList, CniError> {
             str_field(&conf, "type").ok_or_else(|| bad(format!("plugin {i} has no \"type\"")))?;
         plugins.push(PluginConf { kind, conf });
     }
-    Ok(NetworkList {
-        name,
-        cni_version,
-        plugins,
-        source: path.to_owned(),
-    })
+    Ok(NetworkList { name, cni_version, plugins, source: path.to_owned() })
 }
 
 fn str_field(m: &Map<String, Value>, key: &str) -> Option<String> {
@@ -100,8 +87,7 @@ impl NetworkList {
             conf.insert("prevResult".into(), prev.clone());
         }
         let caps = conf.get("capabilities").and_then(Value::as_object);
-        let wants =
-            |cap: &str| caps.and_then(|c| c.get(cap)).and_then(Value::as_bool) == Some(true);
+        let wants = |cap: &str| caps.and_then(|c| c.get(cap)).and_then(Value::as_bool) == Some(true);
         let mut runtime = Map::new();
         if wants("portMappings") && !att.port_mappings.is_empty() {
             runtime.insert(
@@ -139,11 +125,8 @@ mod tests {
     #[test]
     fn first_file_wins_and_conf_becomes_a_list_of_one() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("20-b.conflist"),
-            r#"{"name":"b","plugins":[{"type":"x"}]}"#,
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("20-b.conflist"), r#"{"name":"b","plugins":[{"type":"x"}]}"#)
+            .unwrap();
         std::fs::write(
             dir.path().join("10-a.conf"),
             r#"{"cniVersion":"0.4.0","name":"a","type":"bridge","bridge":"br9"}"#,
@@ -161,16 +144,10 @@ mod tests {
     fn bad_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(load_dir(dir.path()), Err(CniError::NoConfig(_))));
-        std::fs::write(
-            dir.path().join("a.conflist"),
-            r#"{"name":"n","plugins":[{"bridge":1}]}"#,
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("a.conflist"), r#"{"name":"n","plugins":[{"bridge":1}]}"#)
+            .unwrap();
         let err = load_dir(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.contains("a.conflist") && err.contains("no \"type\""),
-            "{err}"
-        );
+        assert!(err.contains("a.conflist") && err.contains("no \"type\""), "{err}");
     }
 
     #[test]
@@ -189,10 +166,7 @@ mod tests {
         assert_eq!(bridge["name"], "n");
         assert!(bridge.get("runtimeConfig").is_none() && bridge.get("prevResult").is_none());
         let portmap = list.plugin_conf(&list.plugins[1], &att(), Some(&prev));
-        assert_eq!(
-            portmap["runtimeConfig"]["portMappings"][0]["hostPort"],
-            8080
-        );
+        assert_eq!(portmap["runtimeConfig"]["portMappings"][0]["hostPort"], 8080);
         assert_eq!(portmap["prevResult"], prev);
     }
 }

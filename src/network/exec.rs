@@ -18,11 +18,7 @@ pub(super) async fn run(
 ) -> Result<Value, CniError> {
     let plugin = kind.to_owned();
     let binary = cni.find_plugin(network, kind)?;
-    let spawn_err = |source| CniError::Spawn {
-        plugin: plugin.clone(),
-        command,
-        source,
-    };
+    let spawn_err = |source| CniError::Spawn { plugin: plugin.clone(), command, source };
     let args: Vec<String> = std::iter::once("IgnoreUnknown=1".to_owned())
         .chain(att.args.iter().map(|(k, v)| format!("{k}={v}")))
         .collect();
@@ -50,13 +46,7 @@ pub(super) async fn run(
     };
     let out = match tokio::time::timeout(timeout, work).await {
         Ok(out) => out.map_err(spawn_err)?,
-        Err(_) => {
-            return Err(CniError::Timeout {
-                plugin,
-                command,
-                timeout,
-            });
-        }
+        Err(_) => return Err(CniError::Timeout { plugin, command, timeout }),
     };
     if out.status.success() {
         if out.stdout.iter().all(u8::is_ascii_whitespace) {
@@ -68,21 +58,14 @@ pub(super) async fn run(
             msg: format!("unreadable result: {e}"),
         });
     }
-    Err(CniError::PluginFailed {
-        plugin,
-        command,
-        msg: failure_message(&out),
-    })
+    Err(CniError::PluginFailed { plugin, command, msg: failure_message(&out) })
 }
 
 /// The plugin's own words: the CNI error object's msg and details, else its stderr.
 fn failure_message(out: &std::process::Output) -> String {
     if let Ok(err) = serde_json::from_slice::<Value>(&out.stdout) {
         let msg = err.get("msg").and_then(Value::as_str).unwrap_or_default();
-        let details = err
-            .get("details")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let details = err.get("details").and_then(Value::as_str).unwrap_or_default();
         let code = err.get("code").and_then(Value::as_u64);
         if !msg.is_empty() {
             let mut s = msg.to_owned();
@@ -97,9 +80,5 @@ fn failure_message(out: &std::process::Output) -> String {
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stderr = stderr.trim();
-    if stderr.is_empty() {
-        format!("exited with {}", out.status)
-    } else {
-        stderr.to_owned()
-    }
+    if stderr.is_empty() { format!("exited with {}", out.status) } else { stderr.to_owned() }
 }

@@ -27,29 +27,13 @@ pub enum CniError {
     #[error("CNI config {path}: {msg}")]
     BadConfig { path: PathBuf, msg: String },
     #[error("CNI plugin {plugin:?} (network {network:?}) not found in {dirs}")]
-    PluginMissing {
-        plugin: String,
-        network: String,
-        dirs: String,
-    },
+    PluginMissing { plugin: String, network: String, dirs: String },
     #[error("CNI plugin {plugin} {command}: {msg}")]
-    PluginFailed {
-        plugin: String,
-        command: &'static str,
-        msg: String,
-    },
+    PluginFailed { plugin: String, command: &'static str, msg: String },
     #[error("CNI plugin {plugin} {command} timed out after {timeout:?}")]
-    Timeout {
-        plugin: String,
-        command: &'static str,
-        timeout: Duration,
-    },
+    Timeout { plugin: String, command: &'static str, timeout: Duration },
     #[error("CNI plugin {plugin} {command}: {source}")]
-    Spawn {
-        plugin: String,
-        command: &'static str,
-        source: std::io::Error,
-    },
+    Spawn { plugin: String, command: &'static str, source: std::io::Error },
 }
 
 /// One pod's attachment to the network: everything a plugin is told about the pod.
@@ -91,10 +75,7 @@ pub struct Cni {
 
 impl Cni {
     pub fn new(settings: CniSettings) -> Cni {
-        Cni {
-            settings,
-            cache: Mutex::new(None),
-        }
+        Cni { settings, cache: Mutex::new(None) }
     }
 
     pub fn settings(&self) -> &CniSettings {
@@ -128,7 +109,11 @@ impl Cni {
 
     /// Runs ADD through the whole list; on failure the plugins that succeeded are undone with
     /// DEL before the error is returned.
-    pub async fn add(&self, list: &NetworkList, att: &Attachment) -> Result<CniResult, CniError> {
+    pub async fn add(
+        &self,
+        list: &NetworkList,
+        att: &Attachment,
+    ) -> Result<CniResult, CniError> {
         let mut prev: Option<serde_json::Value> = None;
         for plugin in &list.plugins {
             let conf = list.plugin_conf(plugin, att, prev.as_ref());
@@ -144,11 +129,7 @@ impl Cni {
         }
         let raw = prev.unwrap_or_else(|| serde_json::json!({"cniVersion": list.cni_version}));
         CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
-            plugin: list
-                .plugins
-                .last()
-                .map(|p| p.kind.clone())
-                .unwrap_or_default(),
+            plugin: list.plugins.last().map(|p| p.kind.clone()).unwrap_or_default(),
             command: "ADD",
             msg,
         })
@@ -205,12 +186,7 @@ impl Cni {
     }
 
     fn path_var(&self) -> String {
-        let dirs: Vec<_> = self
-            .settings
-            .bin_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
+        let dirs: Vec<_> = self.settings.bin_dirs.iter().map(|d| d.display().to_string()).collect();
         dirs.join(":")
     }
 }

@@ -28,23 +28,14 @@ impl CniResult {
             _ => true,
         };
         let mut ips = Vec::new();
-        for ip in raw
-            .get("ips")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for ip in raw.get("ips").and_then(Value::as_array).into_iter().flatten() {
             if !in_pod(ip) {
                 continue;
             }
-            let addr = ip
-                .get("address")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let addr = ip.get("address").and_then(Value::as_str).unwrap_or_default();
             let host = addr.split('/').next().unwrap_or_default();
-            let parsed: IpAddr = host
-                .parse()
-                .map_err(|_| format!("result has a bad address {addr:?}"))?;
+            let parsed: IpAddr =
+                host.parse().map_err(|_| format!("result has a bad address {addr:?}"))?;
             ips.push(parsed);
         }
         ips.sort_by_key(|ip| ip.is_ipv6());
@@ -72,24 +63,13 @@ mod tests {
             ]
         });
         let r = CniResult::parse(raw).unwrap();
-        assert_eq!(
-            r.ips,
-            [
-                "10.88.0.5".parse::<IpAddr>().unwrap(),
-                "fd00::5".parse().unwrap()
-            ]
-        );
+        assert_eq!(r.ips, ["10.88.0.5".parse::<IpAddr>().unwrap(), "fd00::5".parse().unwrap()]);
     }
 
     #[test]
     fn garbage_addresses_are_refused() {
         let raw = serde_json::json!({"ips": [{"address": "ten.0.0.1/8"}]});
         assert!(CniResult::parse(raw).unwrap_err().contains("ten.0.0.1"));
-        assert!(
-            CniResult::parse(serde_json::json!({}))
-                .unwrap()
-                .ips
-                .is_empty()
-        );
+        assert!(CniResult::parse(serde_json::json!({})).unwrap().ips.is_empty());
     }
 }

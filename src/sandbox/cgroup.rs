@@ -25,11 +25,7 @@ pub struct CgroupSettings {
 impl CgroupSettings {
     /// The pod cgroup's name for `parent` (the request's `cgroup_parent`, maybe empty).
     pub fn pod_path(&self, parent: &str, id: &str) -> String {
-        let parent = if parent.is_empty() {
-            self.default_parent.as_str()
-        } else {
-            parent
-        };
+        let parent = if parent.is_empty() { self.default_parent.as_str() } else { parent };
         match self.driver {
             CgroupDriver::Cgroupfs => format!("{}/crust-{id}", parent.trim_end_matches('/')),
             CgroupDriver::Systemd => format!("{parent}:crust:{id}"),
@@ -54,9 +50,7 @@ impl CgroupSettings {
     pub fn create(&self, path: &str, pids: &[i32]) -> Result<(), CgroupError> {
         let manager = self.manager(path)?;
         for pid in pids {
-            manager
-                .add_task(nix::unistd::Pid::from_raw(*pid))
-                .map_err(|e| err(path, e))?;
+            manager.add_task(nix::unistd::Pid::from_raw(*pid)).map_err(|e| err(path, e))?;
         }
         Ok(())
     }
@@ -79,10 +73,7 @@ impl CgroupSettings {
 }
 
 fn err(path: &str, e: impl std::fmt::Display) -> CgroupError {
-    CgroupError::Manager {
-        path: path.to_owned(),
-        msg: e.to_string(),
-    }
+    CgroupError::Manager { path: path.to_owned(), msg: e.to_string() }
 }
 
 #[cfg(test)]
@@ -97,14 +88,8 @@ mod tests {
             root: "/sys/fs/cgroup".into(),
         };
         assert_eq!(s.pod_path("", "ab"), "/crust/crust-ab");
-        assert_eq!(
-            s.pod_path("/kubepods/pod1/", "ab"),
-            "/kubepods/pod1/crust-ab"
-        );
+        assert_eq!(s.pod_path("/kubepods/pod1/", "ab"), "/kubepods/pod1/crust-ab");
         s.driver = CgroupDriver::Systemd;
-        assert_eq!(
-            s.pod_path("kubepods-pod1.slice", "ab"),
-            "kubepods-pod1.slice:crust:ab"
-        );
+        assert_eq!(s.pod_path("kubepods-pod1.slice", "ab"), "kubepods-pod1.slice:crust:ab");
     }
 }

@@ -56,10 +56,7 @@ mod tests {
     fn resolv_conf_from_dns_config() {
         let dns = DnsConfig {
             servers: vec!["10.96.0.10".into(), "fd00::10".into()],
-            searches: vec![
-                "default.svc.cluster.local".into(),
-                "svc.cluster.local".into(),
-            ],
+            searches: vec!["default.svc.cluster.local".into(), "svc.cluster.local".into()],
             options: vec!["ndots:5".into()],
         };
         assert_eq!(
@@ -73,10 +70,7 @@ mod tests {
     fn files_are_written() {
         let dir = tempfile::tempdir().unwrap();
         let spec = SandboxSpec {
-            dns: Some(DnsConfig {
-                servers: vec!["1.1.1.1".into()],
-                ..Default::default()
-            }),
+            dns: Some(DnsConfig { servers: vec!["1.1.1.1".into()], ..Default::default() }),
             ..Default::default()
         };
         write(dir.path(), &spec, "pod-a").unwrap();

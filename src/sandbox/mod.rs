@@ -35,16 +35,8 @@ use crate::network::Cni;
 pub enum SandboxError {
     #[error("{0}")]
     Invalid(String),
-    #[error(
-        "pod sandbox {name:?} (namespace {namespace:?}, uid {uid:?}, attempt {attempt}) already exists as {id}"
-    )]
-    NameTaken {
-        name: String,
-        namespace: String,
-        uid: String,
-        attempt: u32,
-        id: String,
-    },
+    #[error("pod sandbox {name:?} (namespace {namespace:?}, uid {uid:?}, attempt {attempt}) already exists as {id}")]
+    NameTaken { name: String, namespace: String, uid: String, attempt: u32, id: String },
     #[error("pod sandbox {0:?} not found")]
     NotFound(String),
     #[error("pod sandbox id prefix {0:?} matches more than one sandbox")]
@@ -54,11 +46,7 @@ pub enum SandboxError {
     #[error("pod network is not ready: {0}")]
     NetworkNotReady(String),
     #[error("failed to {step}: {error}{}", cleanup_note(.cleanup))]
-    Run {
-        step: &'static str,
-        error: String,
-        cleanup: Option<String>,
-    },
+    Run { step: &'static str, error: String, cleanup: Option<String> },
     #[error("stopping pod sandbox {id}: {errors}")]
     Teardown { id: String, errors: String },
     #[error(transparent)]
@@ -66,10 +54,7 @@ pub enum SandboxError {
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {
-    cleanup
-        .as_ref()
-        .map(|c| format!(" (and undoing it failed too: {c})"))
-        .unwrap_or_default()
+    cleanup.as_ref().map(|c| format!(" (and undoing it failed too: {c})")).unwrap_or_default()
 }
 
 /// What the sandbox verbs need from the rest of the daemon.
@@ -120,10 +105,7 @@ impl Entry {
         })
     }
     fn snapshot(&self) -> SandboxRecord {
-        self.record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.record.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> SandboxRecord {
         let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
@@ -147,10 +129,7 @@ pub struct Sandboxes {
 
 impl Sandboxes {
     pub fn new(ctx: SandboxContext) -> Arc<Sandboxes> {
-        Arc::new(Sandboxes {
-            ctx: Arc::new(ctx),
-            table: Mutex::new(Table::default()),
-        })
+        Arc::new(Sandboxes { ctx: Arc::new(ctx), table: Mutex::new(Table::default()) })
     }
 
     pub fn context(&self) -> &SandboxContext {
@@ -208,9 +187,7 @@ impl Sandboxes {
     fn insert(&self, record: SandboxRecord) -> Arc<Entry> {
         let entry = Entry::new(record.clone());
         let mut table = self.table();
-        table
-            .names
-            .insert(record.spec.metadata.clone(), record.id.clone());
+        table.names.insert(record.spec.metadata.clone(), record.id.clone());
         table.by_id.insert(record.id, entry.clone());
         entry
     }

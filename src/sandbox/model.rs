@@ -155,12 +155,7 @@ impl SandboxRecord {
     /// The pod's addresses, while it still has its network.
     pub fn ips(&self) -> &[IpAddr] {
         match (&self.network, self.phase) {
-            (
-                Some(NetworkState {
-                    result: Some(r), ..
-                }),
-                Phase::Ready | Phase::Exited,
-            ) => &r.ips,
+            (Some(NetworkState { result: Some(r), .. }), Phase::Ready | Phase::Exited) => &r.ips,
             _ => &[],
         }
     }

@@ -24,16 +24,9 @@ impl Sandboxes {
     pub async fn recover(self: &Arc<Self>) -> RecoverySummary {
         let mut summary = RecoverySummary::default();
         let mut known = HashSet::new();
-        let dirs = std::fs::read_dir(self.ctx.sandboxes_dir())
-            .into_iter()
-            .flatten()
-            .flatten();
+        let dirs = std::fs::read_dir(self.ctx.sandboxes_dir()).into_iter().flatten().flatten();
         for dir in dirs.map(|d| d.path()) {
-            let id = dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-                .to_owned();
+            let id = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
             match crate::store::load::<SandboxRecord>(&SandboxContext::record_path(&dir)) {
                 Ok(record) if record.phase == Phase::Creating => {
                     self.roll_back(&record, &mut summary).await;
@@ -73,13 +66,10 @@ impl Sandboxes {
     async fn adopt(self: &Arc<Self>, mut record: SandboxRecord, summary: &mut RecoverySummary) {
         if record.phase == Phase::Ready {
             let alive = match record.monitor {
-                Some(identity) => MonitorHandle {
-                    identity,
-                    dir: record.dir.clone(),
-                }
-                .ping(self.ctx.monitor_timeout)
-                .await
-                .is_ok(),
+                Some(identity) => MonitorHandle { identity, dir: record.dir.clone() }
+                    .ping(self.ctx.monitor_timeout)
+                    .await
+                    .is_ok(),
                 None => false,
             };
             if !alive {
@@ -101,10 +91,7 @@ impl Sandboxes {
 
     /// Unmounts pins in the namespace directory that belong to no known sandbox.
     fn remove_orphan_pins(&self, known: &HashSet<String>) {
-        let pins = std::fs::read_dir(self.ctx.ns_dir())
-            .into_iter()
-            .flatten()
-            .flatten();
+        let pins = std::fs::read_dir(self.ctx.ns_dir()).into_iter().flatten().flatten();
         for pin in pins.map(|p| p.path()) {
             let owner = pin.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
             if !known.contains(owner) {

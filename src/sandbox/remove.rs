@@ -18,20 +18,12 @@ impl Sandboxes {
         }
         let record = entry.snapshot();
         if record.phase.holds_resources() {
-            if let Some(w) = entry
-                .watcher
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-            {
+            if let Some(w) = entry.watcher.lock().unwrap_or_else(|e| e.into_inner()).take() {
                 w.abort();
             }
             teardown::release(&self.ctx, &record)
                 .await
-                .map_err(|errors| SandboxError::Teardown {
-                    id: id.clone(),
-                    errors,
-                })?;
+                .map_err(|errors| SandboxError::Teardown { id: id.clone(), errors })?;
         }
         match std::fs::remove_dir_all(&record.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

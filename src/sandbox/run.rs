@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
-use super::{
-    Entry, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown, validate,
-};
+use super::{Entry, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown, validate};
 use crate::monitor::{self, MonitorConfig, NamespacePins};
 use crate::network::{Attachment, PortMapping};
 
@@ -30,11 +28,7 @@ impl Sandboxes {
 
     fn resolve_handler(&self, requested: &str) -> Result<String, SandboxError> {
         let ctx = &self.ctx;
-        let handler = if requested.is_empty() {
-            &ctx.default_handler
-        } else {
-            requested
-        };
+        let handler = if requested.is_empty() { &ctx.default_handler } else { requested };
         if !ctx.handlers.iter().any(|h| h == handler) {
             return Err(SandboxError::UnknownHandler {
                 handler: handler.to_owned(),
@@ -53,8 +47,7 @@ impl Sandboxes {
         let mut record = plan(&self.ctx, id, spec, handler)?;
         let hostname = pod_hostname(&record.spec);
         if let Err(e) = prepare(&record, &hostname).and_then(|()| {
-            self.save(&record)
-                .map_err(|e| std::io::Error::other(e.to_string()))
+            self.save(&record).map_err(|e| std::io::Error::other(e.to_string()))
         }) {
             let _ = std::fs::remove_dir_all(&record.dir);
             return Err(SandboxError::Run {
@@ -67,8 +60,7 @@ impl Sandboxes {
         let saved = match brought_up {
             Ok(()) => {
                 record.phase = Phase::Ready;
-                self.save(&record)
-                    .map_err(|e| ("save sandbox record", e.to_string()))
+                self.save(&record).map_err(|e| ("save sandbox record", e.to_string()))
             }
             Err(e) => Err(e),
         };
@@ -77,11 +69,7 @@ impl Sandboxes {
             if cleanup.is_none() {
                 let _ = std::fs::remove_dir_all(&record.dir);
             }
-            return Err(SandboxError::Run {
-                step,
-                error,
-                cleanup,
-            });
+            return Err(SandboxError::Run { step, error, cleanup });
         }
         let entry = self.insert(record);
         self.watch(&entry);
@@ -91,20 +79,13 @@ impl Sandboxes {
     /// Marks the sandbox NotReady if its monitor dies while the sandbox is ready.
     pub(super) fn watch(self: &Arc<Self>, entry: &Arc<Entry>) {
         let record = entry.snapshot();
-        let Some(identity) = record.monitor else {
-            return;
-        };
-        let handle = monitor::MonitorHandle {
-            identity,
-            dir: record.dir.clone(),
-        };
+        let Some(identity) = record.monitor else { return };
+        let handle = monitor::MonitorHandle { identity, dir: record.dir.clone() };
         let me = Arc::downgrade(self);
         let watched = Arc::downgrade(entry);
         let task = tokio::spawn(async move {
             let _ = handle.exited().await;
-            let (Some(me), Some(entry)) = (me.upgrade(), watched.upgrade()) else {
-                return;
-            };
+            let (Some(me), Some(entry)) = (me.upgrade(), watched.upgrade()) else { return };
             let rec = entry.update(|r| {
                 if r.phase == Phase::Ready && r.monitor == Some(identity) {
                     r.phase = Phase::Exited;
@@ -139,16 +120,10 @@ fn plan(
     let network = match &pins.net {
         None => None,
         Some(netns) => {
-            let list = ctx
-                .cni
-                .network()
-                .map_err(|e| SandboxError::NetworkNotReady(e.to_string()))?;
+            let list =
+                ctx.cni.network().map_err(|e| SandboxError::NetworkNotReady(e.to_string()))?;
             let attachment = attachment(&id, &spec, netns.clone());
-            Some(NetworkState {
-                list: (*list).clone(),
-                attachment,
-                result: None,
-            })
+            Some(NetworkState { list: (*list).clone(), attachment, result: None })
         }
     };
     Ok(SandboxRecord {

@@ -18,14 +18,9 @@ pub struct SandboxFilter {
 
 impl SandboxFilter {
     fn matches(&self, r: &SandboxRecord) -> bool {
-        self.id
-            .as_ref()
-            .is_none_or(|id| r.id.starts_with(id.as_str()))
+        self.id.as_ref().is_none_or(|id| r.id.starts_with(id.as_str()))
             && self.ready.is_none_or(|ready| r.phase.is_ready() == ready)
-            && self
-                .labels
-                .iter()
-                .all(|(k, v)| r.spec.labels.get(k) == Some(v))
+            && self.labels.iter().all(|(k, v)| r.spec.labels.get(k) == Some(v))
     }
 }
 
@@ -38,10 +33,7 @@ pub struct SandboxView {
 impl Sandboxes {
     pub fn status(&self, id: &str) -> Result<SandboxView, SandboxError> {
         let record = self.get(id)?;
-        Ok(SandboxView {
-            ready: record.phase.is_ready(),
-            record,
-        })
+        Ok(SandboxView { ready: record.phase.is_ready(), record })
     }
 
     /// Sandboxes matching `filter`, oldest first.
@@ -51,10 +43,7 @@ impl Sandboxes {
             .iter()
             .map(|e| e.snapshot())
             .filter(|r| filter.matches(r))
-            .map(|record| SandboxView {
-                ready: record.phase.is_ready(),
-                record,
-            })
+            .map(|record| SandboxView { ready: record.phase.is_ready(), record })
             .collect();
         out.sort_by(|a, b| a.record.created_at.cmp(&b.record.created_at));
         out

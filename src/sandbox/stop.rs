@@ -18,26 +18,14 @@ impl Sandboxes {
         if !record.phase.holds_resources() {
             return Ok(());
         }
-        if let Some(w) = entry
-            .watcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(w) = entry.watcher.lock().unwrap_or_else(|e| e.into_inner()).take() {
             w.abort();
         }
         let released = teardown::release(&self.ctx, &record).await;
         let record = entry.update(|r| {
-            r.phase = if released.is_ok() {
-                Phase::Stopped
-            } else {
-                Phase::Exited
-            };
+            r.phase = if released.is_ok() { Phase::Stopped } else { Phase::Exited };
         });
         self.save(&record)?;
-        released.map_err(|errors| SandboxError::Teardown {
-            id: record.id.clone(),
-            errors,
-        })
+        released.map_err(|errors| SandboxError::Teardown { id: record.id.clone(), errors })
     }
 }

@@ -13,18 +13,13 @@ use crate::monitor::{self, MonitorHandle};
 
 pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Result<(), String> {
     // The monitor's pid file covers a crash between its start and the record's next save.
-    let identity = record
-        .monitor
-        .or_else(|| monitor::read_pidfile(&record.dir));
+    let identity = record.monitor.or_else(|| monitor::read_pidfile(&record.dir));
     let stop_monitor = async {
         match identity {
-            Some(identity) => MonitorHandle {
-                identity,
-                dir: record.dir.clone(),
-            }
-            .shutdown(ctx.monitor_timeout)
-            .await
-            .map_err(|e| format!("stop monitor: {e}")),
+            Some(identity) => MonitorHandle { identity, dir: record.dir.clone() }
+                .shutdown(ctx.monitor_timeout)
+                .await
+                .map_err(|e| format!("stop monitor: {e}")),
             None => Ok(()),
         }
     };
@@ -32,10 +27,7 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
         match &record.network {
             Some(net) => {
                 let prev = net.result.as_ref().map(|r| &r.raw);
-                ctx.cni
-                    .del(&net.list, &net.attachment, prev)
-                    .await
-                    .map_err(|e| e.to_string())
+                ctx.cni.del(&net.list, &net.attachment, prev).await.map_err(|e| e.to_string())
             }
             None => Ok(()),
         }
@@ -54,11 +46,7 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
         Ok(Err(e)) => errors.push(format!("remove pod cgroup: {e}")),
         Err(e) => errors.push(format!("remove pod cgroup: {e}")),
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 
 /// Unmounts and deletes one namespace pin; a pin that is not there is fine.

@@ -18,16 +18,10 @@ pub fn spec(spec: &SandboxSpec) -> Result<(), String> {
     name_field("metadata.namespace", &m.namespace)?;
     hostname(&spec.hostname)?;
     if !spec.log_directory.is_empty() && !spec.log_directory.starts_with('/') {
-        return Err(format!(
-            "log_directory {:?} must be an absolute path",
-            spec.log_directory
-        ));
+        return Err(format!("log_directory {:?} must be an absolute path", spec.log_directory));
     }
     if spec.cgroup_parent.split('/').any(|c| c == "..") || has_control(&spec.cgroup_parent) {
-        return Err(format!(
-            "cgroup_parent {:?} is not a valid cgroup path",
-            spec.cgroup_parent
-        ));
+        return Err(format!("cgroup_parent {:?} is not a valid cgroup path", spec.cgroup_parent));
     }
     namespaces(spec)?;
     if let Some(dns) = &spec.dns {
@@ -36,34 +30,20 @@ pub fn spec(spec: &SandboxSpec) -> Result<(), String> {
                 .map_err(|_| format!("dns_config.servers: {s:?} is not an IP address"))?;
         }
         for (field, list) in [("searches", &dns.searches), ("options", &dns.options)] {
-            if let Some(bad) = list
-                .iter()
-                .find(|v| v.is_empty() || v.contains(char::is_whitespace))
-            {
-                return Err(format!(
-                    "dns_config.{field}: {bad:?} is empty or has white space"
-                ));
+            if let Some(bad) = list.iter().find(|v| v.is_empty() || v.contains(char::is_whitespace)) {
+                return Err(format!("dns_config.{field}: {bad:?} is empty or has white space"));
             }
         }
     }
     for p in &spec.port_mappings {
         if !(1..=65535).contains(&p.container_port) {
-            return Err(format!(
-                "port_mappings: container_port {} is out of range",
-                p.container_port
-            ));
+            return Err(format!("port_mappings: container_port {} is out of range", p.container_port));
         }
         if !(0..=65535).contains(&p.host_port) {
-            return Err(format!(
-                "port_mappings: host_port {} is out of range",
-                p.host_port
-            ));
+            return Err(format!("port_mappings: host_port {} is out of range", p.host_port));
         }
         if !p.host_ip.is_empty() && p.host_ip.parse::<IpAddr>().is_err() {
-            return Err(format!(
-                "port_mappings: host_ip {:?} is not an IP address",
-                p.host_ip
-            ));
+            return Err(format!("port_mappings: host_ip {:?} is not an IP address", p.host_ip));
         }
     }
     for (key, value) in &spec.sysctls {
@@ -77,30 +57,20 @@ fn name_field(field: &str, v: &str) -> Result<(), String> {
         return Err(format!("{field} is required"));
     }
     if v.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "{field} is {} bytes long; at most {MAX_NAME_LEN} are allowed",
-            v.len()
-        ));
+        return Err(format!("{field} is {} bytes long; at most {MAX_NAME_LEN} are allowed", v.len()));
     }
     if has_control(v) || v.contains('/') || v.contains("..") {
-        return Err(format!(
-            "{field} {v:?} contains '/', '..' or a control character"
-        ));
+        return Err(format!("{field} {v:?} contains '/', '..' or a control character"));
     }
     Ok(())
 }
 
 fn hostname(v: &str) -> Result<(), String> {
     if v.len() > MAX_HOSTNAME_LEN {
-        return Err(format!(
-            "hostname is {} bytes long; at most {MAX_HOSTNAME_LEN} are allowed",
-            v.len()
-        ));
+        return Err(format!("hostname is {} bytes long; at most {MAX_HOSTNAME_LEN} are allowed", v.len()));
     }
     if has_control(v) || v.contains('/') || v.contains(char::is_whitespace) {
-        return Err(format!(
-            "hostname {v:?} contains '/', white space or a control character"
-        ));
+        return Err(format!("hostname {v:?} contains '/', white space or a control character"));
     }
     Ok(())
 }
@@ -121,9 +91,7 @@ fn namespaces(spec: &SandboxSpec) -> Result<(), String> {
         return Err("namespace_options.pid TARGET applies to containers, not pods".into());
     }
     if spec.user_namespace {
-        return Err(
-            "namespace_options.userns_options: user namespaces are not supported yet".into(),
-        );
+        return Err("namespace_options.userns_options: user namespaces are not supported yet".into());
     }
     Ok(())
 }
@@ -133,17 +101,13 @@ fn namespaces(spec: &SandboxSpec) -> Result<(), String> {
 fn sysctl(spec: &SandboxSpec, key: &str, value: &str) -> Result<(), String> {
     let path = sysctl_path(key);
     let bad_key = path.is_empty()
-        || path
-            .split('/')
-            .any(|c| c.is_empty() || c == "." || c == "..")
+        || path.split('/').any(|c| c.is_empty() || c == "." || c == "..")
         || has_control(key);
     if bad_key {
         return Err(format!("sysctl {key:?} is not a valid sysctl name"));
     }
     if value.is_empty() || has_control(value) {
-        return Err(format!(
-            "sysctl {key}: value {value:?} is empty or has control characters"
-        ));
+        return Err(format!("sysctl {key}: value {value:?} is empty or has control characters"));
     }
     let ns = &spec.namespaces;
     let ipc = path.starts_with("kernel/shm")
@@ -157,14 +121,10 @@ fn sysctl(spec: &SandboxSpec, key: &str, value: &str) -> Result<(), String> {
     } else if path == "kernel/hostname" || path == "kernel/domainname" {
         !ns.host_network()
     } else {
-        return Err(format!(
-            "sysctl {key} is not namespaced; setting it would change the host"
-        ));
+        return Err(format!("sysctl {key} is not namespaced; setting it would change the host"));
     };
     if !owned {
-        return Err(format!(
-            "sysctl {key} would change the host: the pod shares that namespace"
-        ));
+        return Err(format!("sysctl {key} would change the host: the pod shares that namespace"));
     }
     Ok(())
 }
@@ -172,11 +132,7 @@ fn sysctl(spec: &SandboxSpec, key: &str, value: &str) -> Result<(), String> {
 /// `net.ipv4.ip_forward` -> `net/ipv4/ip_forward`; names written with '/' already stay as they
 /// are (so an interface name with a dot, `net/ipv4/conf/eth0.100/...`, keeps its dot).
 pub fn sysctl_path(key: &str) -> String {
-    if key.contains('/') {
-        key.to_owned()
-    } else {
-        key.replace('.', "/")
-    }
+    if key.contains('/') { key.to_owned() } else { key.replace('.', "/") }
 }
 
 #[cfg(test)]
@@ -206,10 +162,8 @@ mod tests {
     #[test]
     fn good_spec_passes() {
         let mut s = good();
-        s.sysctls
-            .insert("kernel.shm_rmid_forced".into(), "1".into());
-        s.sysctls
-            .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
+        s.sysctls.insert("kernel.shm_rmid_forced".into(), "1".into());
+        s.sysctls.insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
         s.sysctls.insert("fs.mqueue.msg_max".into(), "100".into());
         spec(&s).unwrap();
     }
@@ -244,20 +198,12 @@ mod tests {
             })
             .contains("not a valid")
         );
-        assert_eq!(
-            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
-            "net/ipv4/conf/eth0.100/forwarding"
-        );
+        assert_eq!(sysctl_path("net/ipv4/conf/eth0.100/forwarding"), "net/ipv4/conf/eth0.100/forwarding");
     }
 
     #[test]
     fn ports_dns_and_namespaces() {
-        let pm = PortMapping {
-            protocol: Protocol::Tcp,
-            container_port: 0,
-            host_port: 80,
-            host_ip: String::new(),
-        };
+        let pm = PortMapping { protocol: Protocol::Tcp, container_port: 0, host_port: 80, host_ip: String::new() };
         assert!(err(|s| s.port_mappings.push(pm)).contains("container_port 0"));
         assert!(
             err(|s| s.dns = Some(crate::sandbox::model::DnsConfig {

@@ -13,26 +13,13 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
     #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("decoding {path}: {source}")]
-    Decode {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Decode { path: PathBuf, source: serde_json::Error },
     #[error("{path}: record version {found} is newer than this crust understands ({supported})")]
-    Version {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
+    Version { path: PathBuf, found: u32, supported: u32 },
 }
 
 /// A record type with a schema version. Bump `VERSION` when the layout changes incompatibly and
@@ -49,25 +36,17 @@ struct Envelope<T> {
 
 /// Writes `record` to `path` atomically.
 pub fn save<T: Record>(path: &Path, record: &T) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec_pretty(&Envelope {
-        version: T::VERSION,
-        record,
-    })
-    .expect("records serialize");
+    let bytes = serde_json::to_vec_pretty(&Envelope { version: T::VERSION, record })
+        .expect("records serialize");
     write_atomic(path, &bytes)
 }
 
 /// Reads a record written by `save`.
 pub fn load<T: Record>(path: &Path) -> Result<T, StoreError> {
-    let bytes = fs::read(path).map_err(|source| StoreError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let env: Envelope<serde_json::Value> =
-        serde_json::from_slice(&bytes).map_err(|source| StoreError::Decode {
-            path: path.to_owned(),
-            source,
-        })?;
+    let bytes =
+        fs::read(path).map_err(|source| StoreError::Read { path: path.to_owned(), source })?;
+    let env: Envelope<serde_json::Value> = serde_json::from_slice(&bytes)
+        .map_err(|source| StoreError::Decode { path: path.to_owned(), source })?;
     if env.version > T::VERSION {
         return Err(StoreError::Version {
             path: path.to_owned(),
@@ -75,24 +54,17 @@ pub fn load<T: Record>(path: &Path) -> Result<T, StoreError> {
             supported: T::VERSION,
         });
     }
-    serde_json::from_value(env.record).map_err(|source| StoreError::Decode {
-        path: path.to_owned(),
-        source,
-    })
+    serde_json::from_value(env.record)
+        .map_err(|source| StoreError::Decode { path: path.to_owned(), source })
 }
 
 /// Replaces `path` with `bytes` so that readers see the old or the new content, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let err = |source| StoreError::Write {
-        path: path.to_owned(),
-        source,
-    };
+    let err = |source| StoreError::Write { path: path.to_owned(), source };
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("record")
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("record")
     ));
     let mut f = File::create(&tmp).map_err(err)?;
     f.write_all(bytes).map_err(err)?;
@@ -120,33 +92,10 @@ mod tests {
     fn round_trip_and_replace() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("thing.json");
-        save(
-            &p,
-            &Thing {
-                name: "a".into(),
-                n: 1,
-            },
-        )
-        .unwrap();
-        save(
-            &p,
-            &Thing {
-                name: "b".into(),
-                n: 2,
-            },
-        )
-        .unwrap();
-        assert_eq!(
-            load::<Thing>(&p).unwrap(),
-            Thing {
-                name: "b".into(),
-                n: 2
-            }
-        );
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        save(&p, &Thing { name: "a".into(), n: 1 }).unwrap();
+        save(&p, &Thing { name: "b".into(), n: 2 }).unwrap();
+        assert_eq!(load::<Thing>(&p).unwrap(), Thing { name: "b".into(), n: 2 });
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["thing.json"], "no temp file is left behind");
     }
 
@@ -155,10 +104,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("thing.json");
         fs::write(&p, r#"{"version":3,"record":{"name":"x","n":0}}"#).unwrap();
-        assert!(matches!(
-            load::<Thing>(&p),
-            Err(StoreError::Version { found: 3, .. })
-        ));
+        assert!(matches!(load::<Thing>(&p), Err(StoreError::Version { found: 3, .. })));
         fs::write(&p, "{\"vers").unwrap();
         assert!(matches!(load::<Thing>(&p), Err(StoreError::Decode { .. })));
     }

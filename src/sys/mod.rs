@@ -33,11 +33,7 @@ pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> i
             0,
         )
     };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Waits until the process behind `pidfd` exits (its pidfd becomes readable), or `timeout`
@@ -103,11 +99,7 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
 pub fn catch_signal(signal: nix::sys::signal::Signal) -> nix::Result<()> {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
     extern "C" fn noop(_: libc::c_int) {}
-    let action = SigAction::new(
-        SigHandler::Handler(noop),
-        SaFlags::SA_RESTART,
-        SigSet::empty(),
-    );
+    let action = SigAction::new(SigHandler::Handler(noop), SaFlags::SA_RESTART, SigSet::empty());
     // SAFETY: the handler is async-signal-safe (it does nothing).
     unsafe { sigaction(signal, &action) }.map(drop)
 }
