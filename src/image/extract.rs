@@ -375,26 +375,41 @@ impl Extractor {
     }
 
     fn open_dir(&self, comps: &[OsString], raw: &Path) -> Result<OwnedFd, UnpackError> {
+        self.open_or_create_dir(comps, raw, 0)
+    }
+
+    /// Opens the directory at `comps`, creating missing ones (0755, root-owned). A component
+    /// that is a symlink to a missing directory is followed the way RESOLVE_IN_ROOT would
+    /// (inside the root, `..` stopping at it) and its target created.
+    fn open_or_create_dir(&self, comps: &[OsString], raw: &Path, depth: u32) -> Result<OwnedFd, UnpackError> {
         match self.open_existing_dir(comps) {
             Ok(fd) => return Ok(fd),
-            Err(Errno::NOENT) => {}
+            Err(Errno::NOENT) if depth < 40 => {}
             Err(e) => return Err(fs_err("opening parent of", raw)(e)),
         }
-        // Create missing parents one at a time, each resolved inside the root again.
-        let mut cur = self
-            .open_existing_dir(&[])
-            .map_err(fs_err("opening", raw))?;
+        let mut cur = dup(&self.root, raw)?;
         for i in 0..comps.len() {
             match self.open_existing_dir(&comps[..=i]) {
                 Ok(fd) => cur = fd,
                 Err(Errno::NOENT) => {
                     let name = comps[i].as_os_str();
-                    rfs::mkdirat(&cur, name, Mode::from_raw_mode(0o755))
-                        .map_err(fs_err("creating parent of", raw))?;
-                    let flags =
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                    let fd = rfs::openat(&cur, name, flags, Mode::empty())
-                        .map_err(fs_err("opening parent of", raw))?;
+                    match rfs::mkdirat(&cur, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) => {}
+                        Err(Errno::EXIST) => {
+                            // A dangling symlink: create its target, then carry on below it.
+                            let target = rfs::readlinkat(&cur, name, Vec::new()).map_err(fs_err("reading link in", raw))?;
+                            let mut dest = clamp(&comps[..i], Path::new(OsStr::from_bytes(target.as_bytes())));
+                            let fd = self.open_or_create_dir(&dest, raw, depth + 1)?;
+                            if i + 1 == comps.len() {
+                                return Ok(fd);
+                            }
+                            dest.extend(comps[i + 1..].iter().cloned());
+                            return self.open_or_create_dir(&dest, raw, depth + 1);
+                        }
+                        Err(e) => return Err(fs_err("creating parent of", raw)(e)),
+                    }
+                    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    let fd = rfs::openat(&cur, name, flags, Mode::empty()).map_err(fs_err("opening parent of", raw))?;
                     rfs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(fs_err("chmod", raw))?;
                     cur = fd;
                 }
@@ -403,6 +418,23 @@ impl Extractor {
         }
         Ok(cur)
     }
+}
+
+/// Resolves a symlink `target` found in directory `base` to components under the root, the way
+/// the kernel does with RESOLVE_IN_ROOT: absolute targets start at the root and `..` never
+/// climbs above it.
+fn clamp(base: &[OsString], target: &Path) -> Vec<OsString> {
+    let mut out: Vec<OsString> = if target.is_absolute() { Vec::new() } else { base.to_vec() };
+    for c in target.components() {
+        match c {
+            Component::Normal(n) => out.push(n.to_owned()),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn in_root() -> ResolveFlags {
