@@ -381,7 +381,12 @@ impl Extractor {
     /// Opens the directory at `comps`, creating missing ones (0755, root-owned). A component
     /// that is a symlink to a missing directory is followed the way RESOLVE_IN_ROOT would
     /// (inside the root, `..` stopping at it) and its target created.
-    fn open_or_create_dir(&self, comps: &[OsString], raw: &Path, depth: u32) -> Result<OwnedFd, UnpackError> {
+    fn open_or_create_dir(
+        &self,
+        comps: &[OsString],
+        raw: &Path,
+        depth: u32,
+    ) -> Result<OwnedFd, UnpackError> {
         match self.open_existing_dir(comps) {
             Ok(fd) => return Ok(fd),
             Err(Errno::NOENT) if depth < 40 => {}
@@ -397,8 +402,10 @@ impl Extractor {
                         Ok(()) => {}
                         Err(Errno::EXIST) => {
                             // A dangling symlink: create its target, then carry on below it.
-                            let target = rfs::readlinkat(&cur, name, Vec::new()).map_err(fs_err("reading link in", raw))?;
-                            let mut dest = clamp(&comps[..i], Path::new(OsStr::from_bytes(target.as_bytes())));
+                            let target = rfs::readlinkat(&cur, name, Vec::new())
+                                .map_err(fs_err("reading link in", raw))?;
+                            let mut dest =
+                                clamp(&comps[..i], Path::new(OsStr::from_bytes(target.as_bytes())));
                             let fd = self.open_or_create_dir(&dest, raw, depth + 1)?;
                             if i + 1 == comps.len() {
                                 return Ok(fd);
@@ -408,8 +415,10 @@ impl Extractor {
                         }
                         Err(e) => return Err(fs_err("creating parent of", raw)(e)),
                     }
-                    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                    let fd = rfs::openat(&cur, name, flags, Mode::empty()).map_err(fs_err("opening parent of", raw))?;
+                    let flags =
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    let fd = rfs::openat(&cur, name, flags, Mode::empty())
+                        .map_err(fs_err("opening parent of", raw))?;
                     rfs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(fs_err("chmod", raw))?;
                     cur = fd;
                 }
@@ -424,7 +433,11 @@ impl Extractor {
 /// the kernel does with RESOLVE_IN_ROOT: absolute targets start at the root and `..` never
 /// climbs above it.
 fn clamp(base: &[OsString], target: &Path) -> Vec<OsString> {
-    let mut out: Vec<OsString> = if target.is_absolute() { Vec::new() } else { base.to_vec() };
+    let mut out: Vec<OsString> = if target.is_absolute() {
+        Vec::new()
+    } else {
+        base.to_vec()
+    };
     for c in target.components() {
         match c {
             Component::Normal(n) => out.push(n.to_owned()),
@@ -450,12 +463,13 @@ fn device<R: Read>(e: &tar::Entry<'_, R>) -> Result<rfs::Dev, UnpackError> {
 
 fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
     let h = e.header();
+    // Empty numeric fields read as 0, as Go's archive/tar (and so docker and containerd) does.
     let mut meta = Meta {
-        uid: h.uid().map_err(corrupt)? as u32,
-        gid: h.gid().map_err(corrupt)? as u32,
+        uid: h.uid().unwrap_or(0) as u32,
+        gid: h.gid().unwrap_or(0) as u32,
         mode: h.mode().map_err(corrupt)? & 0o7777,
         mtime: Timespec {
-            tv_sec: h.mtime().map_err(corrupt)? as i64,
+            tv_sec: h.mtime().unwrap_or(0) as i64,
             tv_nsec: 0,
         },
         xattrs: Vec::new(),

@@ -61,7 +61,7 @@ impl Images {
     ) -> Result<Vec<ImageRecord>, ImageError> {
         let wrap = |error| ImageError::Import {
             path: path.display().to_string(),
-            error,
+            error: Box::new(error),
         };
         let base = match name {
             Some(n) => Some(ImageRef::parse(n)?),

@@ -38,17 +38,25 @@ impl Images {
         // mirrors configured, the upstream is often unreachable by design.
         let pick = failures
             .iter()
-            .position(|(_, e)| !matches!(e, PullError::Unreachable { .. } | PullError::Stalled { .. }))
+            .position(|(_, e)| {
+                !matches!(e, PullError::Unreachable { .. } | PullError::Stalled { .. })
+            })
             .unwrap_or(failures.len() - 1);
         let (_, last) = failures.remove(pick);
         let mut reference = image.to_string();
         if !failures.is_empty() {
-            let tried: Vec<String> = failures.iter().map(|(ep, e)| format!("{ep}: {e}")).collect();
-            reference = format!("{reference} (other endpoints failed too: {})", tried.join("; "));
+            let tried: Vec<String> = failures
+                .iter()
+                .map(|(ep, e)| format!("{ep}: {e}"))
+                .collect();
+            reference = format!(
+                "{reference} (other endpoints failed too: {})",
+                tried.join("; ")
+            );
         }
         Err(ImageError::Pull {
             reference,
-            error: last,
+            error: Box::new(last),
         })
     }
 

@@ -99,3 +99,67 @@ impl Images {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::image::records::tests::record;
+    use crate::image::{ImageSettings, LayerRef, Platform};
+
+    #[test]
+    fn a_held_image_keeps_its_layers_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = ImageSettings {
+            root: dir.path().to_owned(),
+            registry: Default::default(),
+            max_concurrent_downloads: 1,
+            progress_timeout: Duration::from_secs(1),
+            platform: Platform::current(),
+        };
+        let images = Images::open(settings, true).unwrap();
+        let mut r = record(b"img", &["docker.io/library/x:1"]);
+        let chain = Digest::of(b"layer");
+        r.layers = vec![LayerRef {
+            blob: Digest::of(b"blob"),
+            media_type: String::new(),
+            size: 1,
+            diff_id: chain.clone(),
+            chain_id: chain.clone(),
+        }];
+        std::fs::create_dir_all(images.paths.layer_fs(&chain)).unwrap();
+        std::fs::write(images.paths.blob(&Digest::of(b"blob")), b"blob").unwrap();
+        r.blobs.push(Digest::of(b"blob"));
+        images
+            .with_store_lock(|t| {
+                let mut t = t.clone();
+                t.add(r.clone());
+                crate::store::save(&images.paths.record(&r.id), &r)?;
+                images.publish(t)
+            })
+            .unwrap();
+
+        let used = images.acquire("ctr1", "x:1").unwrap();
+        assert_eq!(used.lowerdirs, [images.paths.layer_fs(&chain)]);
+        assert_eq!(images.remove("x:1").unwrap(), Some(r.id.clone()));
+        assert!(images.find("x:1").unwrap().is_none());
+        assert!(
+            images.paths.layer_dir(&chain).is_dir(),
+            "held layer survives RemoveImage"
+        );
+        assert!(images.paths.has_blob(&Digest::of(b"blob")));
+        assert_eq!(images.holds().len(), 1);
+        images.release("ctr1").unwrap();
+        assert!(
+            !images.paths.layer_dir(&chain).exists(),
+            "released layer is collected"
+        );
+        assert!(!images.paths.has_blob(&Digest::of(b"blob")));
+        images.release("ctr1").unwrap();
+        assert!(matches!(
+            images.acquire("ctr2", "x:1"),
+            Err(ImageError::NotFound(_))
+        ));
+    }
+}

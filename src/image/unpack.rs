@@ -226,3 +226,169 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
         r => r,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+    use super::*;
+
+    fn header(kind: tar::EntryType, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        h.set_size(size);
+        h.set_mtime(1_700_000_000);
+        h
+    }
+
+    /// A tar of (name, kind, data or link target); names go into the header verbatim.
+    fn tar_of(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in entries {
+            let link = matches!(kind, tar::EntryType::Link | tar::EntryType::Symlink);
+            let mut h = header(*kind, if link { 0 } else { data.len() as u64 });
+            h.as_mut_bytes()[..name.len()].copy_from_slice(name.as_bytes());
+            if link {
+                h.set_link_name_literal(data).unwrap();
+            }
+            if *kind == tar::EntryType::Char {
+                h.set_device_major(1).unwrap();
+                h.set_device_minor(5).unwrap();
+            }
+            h.set_cksum();
+            b.append(&h, if link { &[][..] } else { *data }).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn extract(t: &[u8]) -> (tempfile::TempDir, Result<(), UnpackError>) {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "unpack tests create devices and trusted xattrs: run as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let r = extract_tar(t, dir.path(), Some(&Digest::of(t)));
+        (dir, r)
+    }
+
+    use tar::EntryType as T;
+
+    #[test]
+    fn whiteouts_become_overlayfs_whiteouts() {
+        let t = tar_of(&[
+            ("a/", T::Directory, b""),
+            ("a/.wh..wh..opq", T::Regular, b""),
+            ("a/keep", T::Regular, b"k"),
+            (".wh.gone", T::Regular, b""),
+            ("mine", T::Regular, b"m"),
+            (".wh.mine", T::Regular, b""),
+            ("b/.wh..wh.plnk", T::Regular, b""),
+        ]);
+        let (d, r) = extract(&t);
+        r.unwrap();
+        let p = d.path();
+        let gone = p.join("gone").symlink_metadata().unwrap();
+        assert!(gone.file_type().is_char_device() && gone.rdev() == 0);
+        let mut v = [0u8; 4];
+        let n = rustix::fs::lgetxattr(p.join("a"), "trusted.overlay.opaque", &mut v).unwrap();
+        assert_eq!(&v[..n], b"y");
+        assert_eq!(fs::read(p.join("a/keep")).unwrap(), b"k");
+        assert_eq!(
+            fs::read(p.join("mine")).unwrap(),
+            b"m",
+            "a whiteout never hides its own layer's file"
+        );
+        assert!(!p.join("b/.wh..wh.plnk").exists());
+    }
+
+    #[test]
+    fn traversal_and_outside_links_are_refused() {
+        for bad in [
+            &[("../x", T::Regular, &b"x"[..])][..],
+            &[("a/../../x", T::Regular, b"x")],
+        ] {
+            let (_d, r) = extract(&tar_of(bad));
+            assert!(matches!(r, Err(UnpackError::Traversal { .. })), "{r:?}");
+        }
+        let (_d, r) = extract(&tar_of(&[("l", T::Link, b"../../etc/passwd")]));
+        assert!(matches!(r, Err(UnpackError::BadLink { .. })), "{r:?}");
+        let (_d, r) = extract(&tar_of(&[("l", T::Link, b"missing")]));
+        assert!(matches!(r, Err(UnpackError::BadLink { .. })), "{r:?}");
+        // Absolute names and symlinked parents stay inside.
+        let (d, r) = extract(&tar_of(&[
+            ("/abs", T::Regular, b"a"),
+            ("up", T::Symlink, b"../../../.."),
+            ("up/etc-file", T::Regular, b"inside"),
+            ("out", T::Symlink, b"/"),
+            ("out/x", T::Regular, b"x"),
+        ]));
+        r.unwrap();
+        assert_eq!(fs::read(d.path().join("abs")).unwrap(), b"a");
+        assert_eq!(fs::read(d.path().join("etc-file")).unwrap(), b"inside");
+        assert_eq!(fs::read(d.path().join("x")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn hardlinks_devices_and_replacements() {
+        let (d, r) = extract(&tar_of(&[
+            ("f", T::Regular, b"one"),
+            ("h", T::Link, b"f"),
+            ("c", T::Char, b""),
+            ("p", T::Fifo, b""),
+            ("s", T::Symlink, b"f"),
+            ("s", T::Regular, b"replaced symlink"),
+            ("dir/", T::Directory, b""),
+            ("dir/inner", T::Regular, b"i"),
+            ("dir", T::Regular, b"replaced dir"),
+        ]));
+        r.unwrap();
+        let p = d.path();
+        assert_eq!(
+            p.join("f").metadata().unwrap().ino(),
+            p.join("h").metadata().unwrap().ino()
+        );
+        let c = p.join("c").symlink_metadata().unwrap();
+        assert!(c.file_type().is_char_device());
+        assert_eq!(c.rdev(), rustix::fs::makedev(1, 5));
+        assert!(
+            p.join("p")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        assert_eq!(fs::read(p.join("s")).unwrap(), b"replaced symlink");
+        assert_eq!(fs::read(p.join("dir")).unwrap(), b"replaced dir");
+    }
+
+    #[test]
+    fn diff_id_mismatch_leaves_no_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StorePaths::new(dir.path());
+        paths.create_dirs().unwrap();
+        let t = tar_of(&[("f", T::Regular, b"x")]);
+        let blob = dir.path().join("blob");
+        fs::write(&blob, &t).unwrap();
+        let wrong = Digest::of(b"something else");
+        let chain = Digest::of(b"chain");
+        let r = unpack(&paths, &blob, &wrong, &chain);
+        assert!(matches!(r, Err(UnpackError::DiffId { .. })), "{r:?}");
+        assert_eq!(
+            fs::read_dir(paths.layers_dir()).unwrap().count(),
+            0,
+            "nothing left in layers/"
+        );
+        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain).unwrap();
+        assert!(meta.inodes >= 2 && paths.layer_fs(&chain).join("f").is_file());
+        let mut z = Vec::new();
+        ruzstd::encoding::compress(&t[..], &mut z, ruzstd::encoding::CompressionLevel::Fastest);
+        let zdir = tempfile::tempdir().unwrap();
+        extract_tar(&z[..], zdir.path(), Some(&Digest::of(&t))).unwrap();
+        assert_eq!(fs::read(zdir.path().join("f")).unwrap(), b"x");
+        assert!(matches!(
+            extract_tar(&b"\x1f\x8bnot gzip at all"[..], zdir.path(), None),
+            Err(UnpackError::Corrupt(_))
+        ));
+    }
+}

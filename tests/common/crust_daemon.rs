@@ -17,7 +17,10 @@ pub struct Crust {
 
 impl Drop for Crust {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -33,7 +36,10 @@ impl Drop for Crust {
 impl Crust {
     /// Starts `crust serve` with `config` (TOML) and waits for its socket.
     pub fn start(config: &str) -> Crust {
-        assert!(nix::unistd::geteuid().is_root(), "image integration tests run the daemon and must run as root");
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "image integration tests run the daemon and must run as root"
+        );
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let log = std::fs::File::create(dir.path().join("crust.log")).unwrap();
@@ -61,7 +67,11 @@ impl Crust {
             if let Ok(Some(status)) = c.child.try_wait() {
                 panic!("crust exited with {status}: {}", c.log());
             }
-            assert!(Instant::now() < deadline, "crust did not start: {}", c.log());
+            assert!(
+                Instant::now() < deadline,
+                "crust did not start: {}",
+                c.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         c
@@ -106,7 +116,11 @@ pub async fn connect(socket: &Path) -> Channel {
         .unwrap()
         .connect_with_connector(tower::service_fn(move |_| {
             let s = socket.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(s).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(s).await?,
+                ))
+            }
         }))
         .await
         .unwrap()

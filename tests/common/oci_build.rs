@@ -18,21 +18,60 @@ pub fn digest(bytes: &[u8]) -> String {
 /// One tar entry.
 #[derive(Clone, Debug)]
 pub enum Node {
-    Dir { path: String, mode: u32, uid: u64, gid: u64 },
-    File { path: String, data: Vec<u8>, mode: u32, uid: u64, gid: u64, xattrs: Vec<(String, Vec<u8>)> },
-    Symlink { path: String, target: String },
-    Hardlink { path: String, target: String },
-    Char { path: String, major: u32, minor: u32 },
-    Fifo { path: String },
+    Dir {
+        path: String,
+        mode: u32,
+        uid: u64,
+        gid: u64,
+    },
+    File {
+        path: String,
+        data: Vec<u8>,
+        mode: u32,
+        uid: u64,
+        gid: u64,
+        xattrs: Vec<(String, Vec<u8>)>,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    Hardlink {
+        path: String,
+        target: String,
+    },
+    Char {
+        path: String,
+        major: u32,
+        minor: u32,
+    },
+    Fifo {
+        path: String,
+    },
     /// A raw name written into the header as is (for hostile paths like `../x`).
-    RawFile { name: Vec<u8>, data: Vec<u8> },
+    RawFile {
+        name: Vec<u8>,
+        data: Vec<u8>,
+    },
 }
 
 pub fn file(path: &str, data: &[u8]) -> Node {
-    Node::File { path: path.into(), data: data.to_vec(), mode: 0o644, uid: 0, gid: 0, xattrs: vec![] }
+    Node::File {
+        path: path.into(),
+        data: data.to_vec(),
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        xattrs: vec![],
+    }
 }
 pub fn dir(path: &str) -> Node {
-    Node::Dir { path: path.into(), mode: 0o755, uid: 0, gid: 0 }
+    Node::Dir {
+        path: path.into(),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+    }
 }
 
 fn header(kind: tar::EntryType, mode: u32, uid: u64, gid: u64, size: u64) -> tar::Header {
@@ -64,11 +103,23 @@ pub fn tar(nodes: &[Node]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for n in nodes {
         match n {
-            Node::Dir { path, mode, uid, gid } => {
+            Node::Dir {
+                path,
+                mode,
+                uid,
+                gid,
+            } => {
                 let mut h = header(tar::EntryType::Directory, *mode, *uid, *gid, 0);
                 b.append_data(&mut h, path, &[][..]).unwrap();
             }
-            Node::File { path, data, mode, uid, gid, xattrs } => {
+            Node::File {
+                path,
+                data,
+                mode,
+                uid,
+                gid,
+                xattrs,
+            } => {
                 if !xattrs.is_empty() {
                     let mut pax = Vec::new();
                     for (k, v) in xattrs {
@@ -77,7 +128,13 @@ pub fn tar(nodes: &[Node]) -> Vec<u8> {
                     let mut h = header(tar::EntryType::XHeader, 0o644, 0, 0, pax.len() as u64);
                     b.append_data(&mut h, "PaxHeaders/x", &pax[..]).unwrap();
                 }
-                let mut h = header(tar::EntryType::Regular, *mode, *uid, *gid, data.len() as u64);
+                let mut h = header(
+                    tar::EntryType::Regular,
+                    *mode,
+                    *uid,
+                    *gid,
+                    data.len() as u64,
+                );
                 b.append_data(&mut h, path, &data[..]).unwrap();
             }
             Node::Symlink { path, target } => {
@@ -123,7 +180,10 @@ pub fn compress(tar: &[u8], c: Comp) -> (Vec<u8>, &'static str) {
         Comp::Gzip => {
             let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             e.write_all(tar).unwrap();
-            (e.finish().unwrap(), "application/vnd.oci.image.layer.v1.tar+gzip")
+            (
+                e.finish().unwrap(),
+                "application/vnd.oci.image.layer.v1.tar+gzip",
+            )
         }
         Comp::Zstd => (
             ruzstd::encoding::compress_to_vec(tar, ruzstd::encoding::CompressionLevel::Fastest),
@@ -141,7 +201,10 @@ pub struct Blob {
 
 impl Blob {
     pub fn new(bytes: Vec<u8>, media_type: &str) -> Blob {
-        Blob { bytes, media_type: media_type.into() }
+        Blob {
+            bytes,
+            media_type: media_type.into(),
+        }
     }
     pub fn digest(&self) -> String {
         digest(&self.bytes)
@@ -182,15 +245,25 @@ pub fn image(layers: &[(Vec<u8>, Comp)], runtime: Value, arch: &str) -> Image {
         "config": runtime,
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
     });
-    let config = Blob::new(serde_json::to_vec(&config).unwrap(), "application/vnd.oci.image.config.v1+json");
+    let config = Blob::new(
+        serde_json::to_vec(&config).unwrap(),
+        "application/vnd.oci.image.config.v1+json",
+    );
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": config.descriptor(),
         "layers": blobs.iter().map(Blob::descriptor).collect::<Vec<_>>(),
     });
-    let manifest = Blob::new(serde_json::to_vec(&manifest).unwrap(), "application/vnd.oci.image.manifest.v1+json");
-    Image { config, layers: blobs, manifest }
+    let manifest = Blob::new(
+        serde_json::to_vec(&manifest).unwrap(),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    Image {
+        config,
+        layers: blobs,
+        manifest,
+    }
 }
 
 /// An OCI index over `(image, architecture)` pairs.
@@ -204,19 +277,36 @@ pub fn index(entries: &[(&Image, &str)]) -> Blob {
         })
         .collect();
     let idx = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests});
-    Blob::new(serde_json::to_vec(&idx).unwrap(), "application/vnd.oci.image.index.v1+json")
+    Blob::new(
+        serde_json::to_vec(&idx).unwrap(),
+        "application/vnd.oci.image.index.v1+json",
+    )
 }
 
 /// The statically linked busybox from Debian's busybox-static, as a base layer with a shell.
 pub fn busybox_layer() -> Vec<Node> {
-    let bb = std::fs::read("/bin/busybox")
-        .expect("/bin/busybox missing: install Debian's busybox-static (hack/install-deps.sh test)");
+    let bb = std::fs::read("/bin/busybox").expect(
+        "/bin/busybox missing: install Debian's busybox-static (hack/install-deps.sh test)",
+    );
     vec![
         dir("bin"),
-        Node::File { path: "bin/busybox".into(), data: bb, mode: 0o755, uid: 0, gid: 0, xattrs: vec![] },
-        Node::Symlink { path: "bin/sh".into(), target: "busybox".into() },
+        Node::File {
+            path: "bin/busybox".into(),
+            data: bb,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            xattrs: vec![],
+        },
+        Node::Symlink {
+            path: "bin/sh".into(),
+            target: "busybox".into(),
+        },
         dir("etc"),
-        file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"),
+        file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        ),
         dir("tmp"),
     ]
 }
@@ -227,7 +317,10 @@ pub fn write_layout(dir: &std::path::Path, images: &[(&Image, Option<&str>)]) {
     std::fs::create_dir_all(&blobs).unwrap();
     let mut manifests = Vec::new();
     for (img, name) in images {
-        for b in std::iter::once(&img.config).chain(&img.layers).chain(std::iter::once(&img.manifest)) {
+        for b in std::iter::once(&img.config)
+            .chain(&img.layers)
+            .chain(std::iter::once(&img.manifest))
+        {
             std::fs::write(blobs.join(&b.digest()[7..]), &b.bytes).unwrap();
         }
         let mut d = img.manifest.descriptor();
@@ -237,7 +330,11 @@ pub fn write_layout(dir: &std::path::Path, images: &[(&Image, Option<&str>)]) {
         manifests.push(d);
     }
     std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    std::fs::write(dir.join("index.json"), serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": manifests})).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": manifests})).unwrap(),
+    )
+    .unwrap();
 }
 
 /// A `docker save` style archive of one image (uncompressed layer tars).

@@ -17,7 +17,11 @@ pub fn http() -> reqwest::Client {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Fails the test loudly when a tool the test needs is missing (never a silent skip).
@@ -25,7 +29,10 @@ pub fn require(tool: &str, package: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
-    assert!(found, "SKIPPED is not a pass: {tool} not found; install Debian's {package} (hack/install-deps.sh test)");
+    assert!(
+        found,
+        "SKIPPED is not a pass: {tool} not found; install Debian's {package} (hack/install-deps.sh test)"
+    );
 }
 
 pub enum Auth {
@@ -62,11 +69,17 @@ impl Registry {
             Auth::None => String::new(),
             Auth::Basic { user, password } => {
                 require("htpasswd", "apache2-utils");
-                let out = Command::new("htpasswd").args(["-Bbn", user, password]).output().unwrap();
+                let out = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .unwrap();
                 assert!(out.status.success(), "htpasswd failed");
                 std::fs::write(dir.path().join("htpasswd"), out.stdout).unwrap();
                 push_auth = Some((user.clone(), password.clone()));
-                format!("auth:\n  htpasswd:\n    realm: test\n    path: {}\n", dir.path().join("htpasswd").display())
+                format!(
+                    "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                    dir.path().join("htpasswd").display()
+                )
             }
             Auth::Token { user, password } => {
                 let t = TokenServer::start(dir.path(), user, password);
@@ -93,10 +106,20 @@ impl Registry {
             .stderr(log)
             .spawn()
             .unwrap();
-        let reg = Registry { addr, dir, child, token, push_auth };
+        let reg = Registry {
+            addr,
+            dir,
+            child,
+            token,
+            push_auth,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(&reg.addr).is_err() {
-            assert!(Instant::now() < deadline, "registry did not start; see {}", reg.dir.path().join("registry.log").display());
+            assert!(
+                Instant::now() < deadline,
+                "registry did not start; see {}",
+                reg.dir.path().join("registry.log").display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         reg
@@ -105,7 +128,10 @@ impl Registry {
     /// The file the registry stores a blob in (to corrupt it behind the registry's back).
     pub fn blob_file(&self, digest: &str) -> PathBuf {
         let hex = &digest[7..];
-        self.dir.path().join(format!("data/docker/registry/v2/blobs/sha256/{}/{hex}/data", &hex[..2]))
+        self.dir.path().join(format!(
+            "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+            &hex[..2]
+        ))
     }
 
     async fn client_token(&self, repo: &str) -> Option<String> {
@@ -114,7 +140,11 @@ impl Registry {
         Some(t.issue(u, p, repo, &["pull", "push"]).expect("token"))
     }
 
-    fn authed(&self, rb: reqwest::RequestBuilder, token: &Option<String>) -> reqwest::RequestBuilder {
+    fn authed(
+        &self,
+        rb: reqwest::RequestBuilder,
+        token: &Option<String>,
+    ) -> reqwest::RequestBuilder {
         match (token, &self.push_auth) {
             (Some(t), _) => rb.bearer_auth(t),
             (None, Some((u, p))) => rb.basic_auth(u, Some(p)),
@@ -126,13 +156,20 @@ impl Registry {
         let c = http();
         let token = self.client_token(repo).await;
         let r = self
-            .authed(c.post(format!("http://{}/v2/{repo}/blobs/uploads/", self.addr)), &token)
+            .authed(
+                c.post(format!("http://{}/v2/{repo}/blobs/uploads/", self.addr)),
+                &token,
+            )
             .send()
             .await
             .unwrap();
         assert!(r.status().is_success(), "starting upload: {}", r.status());
         let loc = r.headers()["location"].to_str().unwrap().to_owned();
-        let loc = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.addr) };
+        let loc = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("http://{}{loc}", self.addr)
+        };
         let sep = if loc.contains('?') { '&' } else { '?' };
         let r = self
             .authed(c.put(format!("{loc}{sep}digest={}", blob.digest())), &token)
@@ -141,20 +178,36 @@ impl Registry {
             .send()
             .await
             .unwrap();
-        assert!(r.status().is_success(), "uploading {}: {}", blob.digest(), r.status());
+        assert!(
+            r.status().is_success(),
+            "uploading {}: {}",
+            blob.digest(),
+            r.status()
+        );
     }
 
     pub async fn push_manifest(&self, repo: &str, reference: &str, m: &Blob) {
         let c = http();
         let token = self.client_token(repo).await;
         let r = self
-            .authed(c.put(format!("http://{}/v2/{repo}/manifests/{reference}", self.addr)), &token)
+            .authed(
+                c.put(format!(
+                    "http://{}/v2/{repo}/manifests/{reference}",
+                    self.addr
+                )),
+                &token,
+            )
             .header("content-type", &m.media_type)
             .body(m.bytes.clone())
             .send()
             .await
             .unwrap();
-        assert!(r.status().is_success(), "pushing manifest {repo}:{reference}: {} {}", r.status(), r.text().await.unwrap_or_default());
+        assert!(
+            r.status().is_success(),
+            "pushing manifest {repo}:{reference}: {} {}",
+            r.status(),
+            r.text().await.unwrap_or_default()
+        );
     }
 
     /// Pushes an image's blobs and manifest and tags it.
@@ -183,7 +236,11 @@ impl Registry {
 
     /// A refresh token the token server accepts for the identity-token flow.
     pub fn identity_token(&self) -> String {
-        self.token.as_ref().expect("token registry").refresh_token.clone()
+        self.token
+            .as_ref()
+            .expect("token registry")
+            .refresh_token
+            .clone()
     }
 }
 
@@ -205,13 +262,45 @@ impl TokenServer {
     fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
         require("openssl", "openssl");
         let run = |args: &[&str]| {
-            let s = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-            assert!(s.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&s.stderr));
+            let s = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap();
+            assert!(
+                s.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&s.stderr)
+            );
         };
-        run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "key.pem"]);
-        run(&["pkcs8", "-topk8", "-nocrypt", "-in", "key.pem", "-outform", "DER", "-out", "key.der"]);
-        run(&["req", "-new", "-x509", "-key", "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=crust-test-token"]);
-        run(&["x509", "-in", "cert.pem", "-outform", "DER", "-out", "cert.der"]);
+        run(&[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            "key.pem",
+        ]);
+        run(&[
+            "pkcs8", "-topk8", "-nocrypt", "-in", "key.pem", "-outform", "DER", "-out", "key.der",
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=crust-test-token",
+        ]);
+        run(&[
+            "x509", "-in", "cert.pem", "-outform", "DER", "-out", "cert.der",
+        ]);
         let rng = ring::rand::SystemRandom::new();
         let key = ring::signature::EcdsaKeyPair::from_pkcs8(
             &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
@@ -271,15 +360,25 @@ impl Issuer {
         use base64::Engine;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let std64 = base64::engine::general_purpose::STANDARD;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
         let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [std64.encode(&self.cert_der)]});
         let claims = serde_json::json!({
             "iss": "crust-test-issuer", "sub": sub, "aud": "crust-test",
             "exp": now + 600, "nbf": now - 60, "iat": now - 60, "jti": format!("{now}-{repo}"),
             "access": [{"type": "repository", "name": repo, "actions": actions}],
         });
-        let signing_input = format!("{}.{}", b64.encode(header.to_string()), b64.encode(claims.to_string()));
-        let sig = self.key.sign(&ring::rand::SystemRandom::new(), signing_input.as_bytes()).unwrap();
+        let signing_input = format!(
+            "{}.{}",
+            b64.encode(header.to_string()),
+            b64.encode(claims.to_string())
+        );
+        let sig = self
+            .key
+            .sign(&ring::rand::SystemRandom::new(), signing_input.as_bytes())
+            .unwrap();
         format!("{signing_input}.{}", b64.encode(sig.as_ref()))
     }
 
@@ -293,7 +392,10 @@ impl Issuer {
         }
         let (method, target) = {
             let mut p = line.split_whitespace();
-            (p.next().unwrap_or("").to_owned(), p.next().unwrap_or("").to_owned())
+            (
+                p.next().unwrap_or("").to_owned(),
+                p.next().unwrap_or("").to_owned(),
+            )
         };
         let (mut auth, mut len) = (String::new(), 0usize);
         loop {
@@ -310,30 +412,56 @@ impl Issuer {
         }
         let mut body = vec![0u8; len];
         let _ = r.read_exact(&mut body);
-        let query = if method == "GET" { target.split_once('?').map(|x| x.1).unwrap_or("").to_owned() } else { String::from_utf8_lossy(&body).into_owned() };
+        let query = if method == "GET" {
+            target.split_once('?').map(|x| x.1).unwrap_or("").to_owned()
+        } else {
+            String::from_utf8_lossy(&body).into_owned()
+        };
         let params: Vec<(String, String)> = query
             .split('&')
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_owned(), urldecode(v)))
             .collect();
-        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+        let get = |k: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
         let scope = get("scope");
         let repo = scope.split(':').nth(1).unwrap_or("").to_owned();
-        let actions: Vec<&str> = scope.split(':').nth(2).unwrap_or("pull").split(',').collect();
+        let actions: Vec<&str> = scope
+            .split(':')
+            .nth(2)
+            .unwrap_or("pull")
+            .split(',')
+            .collect();
         let ok = if method == "POST" {
             get("grant_type") == "refresh_token" && get("refresh_token") == self.refresh_token
         } else {
             use base64::Engine;
-            let expected = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", self.user, self.password));
+            let expected = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.user, self.password));
             auth == format!("Basic {expected}")
         };
         let (status, body) = if ok {
             let t = self.jwt(&self.user, &repo, &actions);
-            ("200 OK", serde_json::json!({"token": t, "access_token": t, "expires_in": 600}).to_string())
+            (
+                "200 OK",
+                serde_json::json!({"token": t, "access_token": t, "expires_in": 600}).to_string(),
+            )
         } else {
-            ("401 Unauthorized", r#"{"details":"invalid credentials"}"#.to_owned())
+            (
+                "401 Unauthorized",
+                r#"{"details":"invalid credentials"}"#.to_owned(),
+            )
         };
-        let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
     }
 }
 
