@@ -15,7 +15,9 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  umount -R "$W"/ctrd/root/io.containerd.snapshotter.v1.overlayfs/snapshots/*/fs 2>/dev/null || true
+  # crust makes its namespace directory a mount of its own; containerd may leave snapshot mounts.
+  umount -l "$W/crust/state/ns" 2>/dev/null || true
+  grep -o " $W/ctrd[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT
