@@ -14,7 +14,8 @@
 //!
 //! Invariant: a file exists under `blobs/` only if its content matched its name when it was
 //! renamed there (after an fsync), and a directory exists under `layers/` only if its tar
-//! matched its diff id. Everything partial lives under a name no reader looks up.
+//! matched its diff id (and was synced to disk). Everything partial lives under a name no
+//! reader looks up.
 
 use std::fs::{self, File};
 use std::io::{self, Write};

@@ -100,12 +100,17 @@ pub fn unpack(
     };
     let json = serde_json::to_vec(&meta).expect("layer meta serializes");
     fs::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
+    // Make the tree durable before it becomes visible, so a power loss cannot leave a complete
+    // looking layer with empty files. One syncfs is far cheaper than an fsync per file.
+    let dir = File::open(&tmp).map_err(fs_err("opening", &tmp))?;
+    rustix::fs::syncfs(&dir).map_err(|e| fs_err("syncing", &tmp)(e.into()))?;
     match fs::rename(&tmp, &dest) {
         Ok(()) => {}
         // Another unpack of the same layer finished first; both are verified, keep theirs.
         Err(e) if dest.join("fs").is_dir() => tracing::debug!(error = %e, "layer already unpacked"),
         Err(e) => return Err(fs_err("renaming into place", &dest)(e)),
     }
+    File::open(paths.layers_dir()).and_then(|d| d.sync_all()).map_err(fs_err("syncing", &dest))?;
     drop(guard);
     Ok(meta)
 }
