@@ -2,7 +2,7 @@
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all build run test unit integration lint bench critest clean
+.PHONY: all build run test unit integration lint bench bench-images critest critest-images clean
 
 all: build
 
@@ -37,6 +37,17 @@ bench:
 critest:
 	$(CARGO) build --bins
 	hack/critest.sh
+
+## Image pull/list/status benchmark against crust and, where installed, containerd.
+bench-images:
+	hack/install-deps.sh bench
+	$(CARGO) build --release --bins
+	hack/bench-images.sh
+
+## critest's Image Manager specs against crust with the offline registry.
+critest-images:
+	$(CARGO) build --bins
+	hack/critest-images.sh
 
 clean:
 	$(CARGO) clean
