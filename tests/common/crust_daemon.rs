@@ -17,19 +17,18 @@ pub struct Crust {
 
 impl Drop for Crust {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The daemon makes its namespace directory a mount of its own; undo it so the
+        // temporary directory can be deleted.
+        let ns = self.dir.path().join("state/ns");
+        let _ = nix::mount::umount2(&ns, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
