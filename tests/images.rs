@@ -407,14 +407,14 @@ async fn index_short_names_tags_and_shared_layers() {
     let idx = index(&[(&arm, "arm64"), (&amd, "amd64")]);
     reg.push_index("library/busybox", "latest", &idx, &[&arm, &amd])
         .await;
-    let other = image(
+    let other = oci_build::docker(&image(
         &[
             (base, Comp::Gzip),
             (oci_build::tar(&[file("other", b"1")]), Comp::Gzip),
         ],
         json!({}),
         "amd64",
-    );
+    ));
     reg.push("library/busybox", "other", &other).await;
     let c = Crust::start(&mirror_config("docker.io", &reg.addr, ""));
 
@@ -431,7 +431,7 @@ async fn index_short_names_tags_and_shared_layers() {
         [format!("docker.io/library/busybox@{}", idx.digest())],
         "repo digest is the index's"
     );
-    // Pull by digest (of the index) and by a second tag sharing the base layer.
+    // Pull by digest (of the index) and by a second tag (Docker schema 2) sharing the base.
     assert_eq!(
         pull(&c, &format!("busybox@{}", idx.digest()), None)
             .await

@@ -55,12 +55,20 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     match cli.command {
         Cmd::Push { registry } => rt.block_on(push_all(&registry)),
-        Cmd::Run { endpoint, host, name, cold, warm, queries } => {
-            rt.block_on(run(&endpoint, &host, &name, cold, warm, queries))
-        }
+        Cmd::Run {
+            endpoint,
+            host,
+            name,
+            cold,
+            warm,
+            queries,
+        } => rt.block_on(run(&endpoint, &host, &name, cold, warm, queries)),
     }
 }
 
@@ -117,22 +125,50 @@ struct Pusher {
 impl Pusher {
     async fn blob(&self, repo: &str, bytes: Vec<u8>) -> anyhow::Result<String> {
         let d = digest(&bytes);
-        let head = self.client.head(format!("http://{}/v2/{repo}/blobs/{d}", self.registry)).send().await?;
+        let head = self
+            .client
+            .head(format!("http://{}/v2/{repo}/blobs/{d}", self.registry))
+            .send()
+            .await?;
         if head.status().is_success() {
             return Ok(d);
         }
-        let r = self.client.post(format!("http://{}/v2/{repo}/blobs/uploads/", self.registry)).send().await?;
-        let loc = r.headers().get("location").context("no upload location")?.to_str()?.to_owned();
-        let loc = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.registry) };
+        let r = self
+            .client
+            .post(format!("http://{}/v2/{repo}/blobs/uploads/", self.registry))
+            .send()
+            .await?;
+        let loc = r
+            .headers()
+            .get("location")
+            .context("no upload location")?
+            .to_str()?
+            .to_owned();
+        let loc = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("http://{}{loc}", self.registry)
+        };
         let sep = if loc.contains('?') { '&' } else { '?' };
-        let r = self.client.put(format!("{loc}{sep}digest={d}")).body(bytes).send().await?;
+        let r = self
+            .client
+            .put(format!("{loc}{sep}digest={d}"))
+            .body(bytes)
+            .send()
+            .await?;
         if !r.status().is_success() {
             bail!("uploading {d}: {}", r.status());
         }
         Ok(d)
     }
 
-    async fn image(&self, repo: &str, tag: &str, layers: Vec<(Vec<u8>, String)>, label: &str) -> anyhow::Result<()> {
+    async fn image(
+        &self,
+        repo: &str,
+        tag: &str,
+        layers: Vec<(Vec<u8>, String)>,
+        label: &str,
+    ) -> anyhow::Result<()> {
         let mut descs = Vec::new();
         let mut diffs = Vec::new();
         for (bytes, diff) in layers {
@@ -156,7 +192,10 @@ impl Pusher {
         });
         let r = self
             .client
-            .put(format!("http://{}/v2/{repo}/manifests/{tag}", self.registry))
+            .put(format!(
+                "http://{}/v2/{repo}/manifests/{tag}",
+                self.registry
+            ))
             .header("content-type", "application/vnd.oci.image.manifest.v1+json")
             .body(serde_json::to_vec(&manifest)?)
             .send()
@@ -170,7 +209,10 @@ impl Pusher {
 
 async fn push_all(registry: &str) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let p = Pusher { client: reqwest::Client::new(), registry: registry.to_owned() };
+    let p = Pusher {
+        client: reqwest::Client::new(),
+        registry: registry.to_owned(),
+    };
     // ~50 MB: 5 layers x 100 files x 100 kB, incompressible.
     let mut layers = Vec::new();
     for l in 0..5u64 {
@@ -180,60 +222,100 @@ async fn push_all(registry: &str) -> anyhow::Result<()> {
     p.image("bench/big", "1", layers, "big").await?;
     let shared = layer("base", 4, 4096, 999)?;
     for i in 0..100 {
-        p.image("bench/small", &i.to_string(), vec![shared.clone()], &format!("small-{i}")).await?;
+        p.image(
+            "bench/small",
+            &i.to_string(),
+            vec![shared.clone()],
+            &format!("small-{i}"),
+        )
+        .await?;
     }
-    println!("pushed bench/big:1 ({:.1} MB compressed) and bench/small:0..99 to {registry}", total as f64 / 1e6);
+    println!(
+        "pushed bench/big:1 ({:.1} MB compressed) and bench/small:0..99 to {registry}",
+        total as f64 / 1e6
+    );
     Ok(())
 }
 
 // ---------------------------------------------------------------- measuring
 
 async fn connect(endpoint: &str) -> anyhow::Result<ImageServiceClient<Channel>> {
-    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint).to_owned();
+    let path = endpoint
+        .strip_prefix("unix://")
+        .unwrap_or(endpoint)
+        .to_owned();
     let ch = tonic::transport::Endpoint::try_from("http://[::]:50051")?
         .connect_with_connector(tower::service_fn(move |_| {
             let p = path.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(p).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
         }))
         .await?;
     Ok(ImageServiceClient::new(ch).max_decoding_message_size(64 << 20))
 }
 
 fn spec(image: &str) -> Option<pb::ImageSpec> {
-    Some(pb::ImageSpec { image: image.into(), ..Default::default() })
+    Some(pb::ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    })
 }
 
 fn report(name: &str, what: &str, mut samples: Vec<Duration>) {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let median = ms(samples[samples.len() / 2]);
-    let p95 = ms(samples[((samples.len() * 95).div_ceil(100)).saturating_sub(1).min(samples.len() - 1)]);
-    println!("{name:<12} {what:<28} n={:<4} median={median:>9.3} ms  p95={p95:>9.3} ms", samples.len());
+    let p95 = ms(samples[((samples.len() * 95).div_ceil(100))
+        .saturating_sub(1)
+        .min(samples.len() - 1)]);
+    println!(
+        "{name:<12} {what:<28} n={:<4} median={median:>9.3} ms  p95={p95:>9.3} ms",
+        samples.len()
+    );
 }
 
 async fn pull(c: &mut ImageServiceClient<Channel>, image: &str) -> anyhow::Result<Duration> {
     let t = Instant::now();
-    c.pull_image(pb::PullImageRequest { image: spec(image), ..Default::default() })
-        .await
-        .with_context(|| format!("pulling {image}"))?;
+    c.pull_image(pb::PullImageRequest {
+        image: spec(image),
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("pulling {image}"))?;
     Ok(t.elapsed())
 }
 
 async fn remove_all(c: &mut ImageServiceClient<Channel>) -> anyhow::Result<()> {
-    let images = c.list_images(pb::ListImagesRequest::default()).await?.into_inner().images;
+    let images = c
+        .list_images(pb::ListImagesRequest::default())
+        .await?
+        .into_inner()
+        .images;
     for i in images {
-        c.remove_image(pb::RemoveImageRequest { image: spec(&i.id) }).await?;
+        c.remove_image(pb::RemoveImageRequest { image: spec(&i.id) })
+            .await?;
     }
     Ok(())
 }
 
-async fn run(endpoint: &str, host: &str, name: &str, cold: usize, warm: usize, queries: usize) -> anyhow::Result<()> {
+async fn run(
+    endpoint: &str,
+    host: &str,
+    name: &str,
+    cold: usize,
+    warm: usize,
+    queries: usize,
+) -> anyhow::Result<()> {
     let mut c = connect(endpoint).await?;
     let big = format!("{host}/bench/big:1");
     remove_all(&mut c).await?;
     let mut samples = Vec::new();
     for _ in 0..cold {
-        c.remove_image(pb::RemoveImageRequest { image: spec(&big) }).await?;
+        c.remove_image(pb::RemoveImageRequest { image: spec(&big) })
+            .await?;
         samples.push(pull(&mut c, &big).await?);
     }
     report(name, "cold pull 50MB/5 layers", samples);
@@ -246,7 +328,12 @@ async fn run(endpoint: &str, host: &str, name: &str, cold: usize, warm: usize, q
     for i in 0..100 {
         pull(&mut c, &format!("{host}/bench/small:{i}")).await?;
     }
-    let n = c.list_images(pb::ListImagesRequest::default()).await?.into_inner().images.len();
+    let n = c
+        .list_images(pb::ListImagesRequest::default())
+        .await?
+        .into_inner()
+        .images
+        .len();
     if n != 100 {
         bail!("expected 100 images stored, the endpoint lists {n}");
     }
@@ -260,7 +347,12 @@ async fn run(endpoint: &str, host: &str, name: &str, cold: usize, warm: usize, q
     let mut samples = Vec::new();
     for i in 0..queries {
         let t = Instant::now();
-        let r = c.image_status(pb::ImageStatusRequest { image: spec(&format!("{host}/bench/small:{}", i % 100)), verbose: false }).await?;
+        let r = c
+            .image_status(pb::ImageStatusRequest {
+                image: spec(&format!("{host}/bench/small:{}", i % 100)),
+                verbose: false,
+            })
+            .await?;
         samples.push(t.elapsed());
         if r.into_inner().image.is_none() {
             bail!("ImageStatus found no image");

@@ -92,31 +92,31 @@ impl StorePaths {
     /// Takes the store lock: exclusive to change records or delete content, shared to read
     /// records consistently. Blocks; call from a blocking thread.
     pub fn lock(&self, exclusive: bool) -> io::Result<Flock<File>> {
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.lock_file())?;
         let arg = if exclusive {
             FlockArg::LockExclusive
         } else {
             FlockArg::LockShared
         };
-        Flock::lock(file, arg).map_err(|(_, e)| io::Error::from(e))
+        self.flock(arg)?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))
     }
 
     /// Like `lock` but gives up at once when another process holds it.
     pub fn try_lock(&self, exclusive: bool) -> io::Result<Option<Flock<File>>> {
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.lock_file())?;
         let arg = if exclusive {
             FlockArg::LockExclusiveNonblock
         } else {
             FlockArg::LockSharedNonblock
         };
+        self.flock(arg)
+    }
+
+    fn flock(&self, arg: FlockArg) -> io::Result<Option<Flock<File>>> {
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.lock_file())?;
         match Flock::lock(file, arg) {
             Ok(l) => Ok(Some(l)),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),

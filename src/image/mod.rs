@@ -68,9 +68,15 @@ pub enum ImageError {
     #[error("image id prefix {0:?} matches more than one image")]
     Ambiguous(String),
     #[error("pulling {reference}: {error}")]
-    Pull { reference: String, error: Box<PullError> },
+    Pull {
+        reference: String,
+        error: Box<PullError>,
+    },
     #[error("importing {path}: {error}")]
-    Import { path: String, error: Box<ImportError> },
+    Import {
+        path: String,
+        error: Box<ImportError>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{what} {path}: {source}")]

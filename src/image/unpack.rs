@@ -110,7 +110,9 @@ pub fn unpack(
         Err(e) if dest.join("fs").is_dir() => tracing::debug!(error = %e, "layer already unpacked"),
         Err(e) => return Err(fs_err("renaming into place", &dest)(e)),
     }
-    File::open(paths.layers_dir()).and_then(|d| d.sync_all()).map_err(fs_err("syncing", &dest))?;
+    File::open(paths.layers_dir())
+        .and_then(|d| d.sync_all())
+        .map_err(fs_err("syncing", &dest))?;
     drop(guard);
     Ok(meta)
 }

@@ -356,3 +356,36 @@ pub fn docker_archive(img: &Image, layer_tars: &[Vec<u8>], tag: &str) -> Vec<u8>
     add("manifest.json", &serde_json::to_vec(&manifest).unwrap());
     b.into_inner().unwrap()
 }
+
+/// The same image as Docker schema 2 (Docker media types for manifest, config and layers).
+pub fn docker(img: &Image) -> Image {
+    let config = Blob::new(
+        img.config.bytes.clone(),
+        "application/vnd.docker.container.image.v1+json",
+    );
+    let layers: Vec<Blob> = img
+        .layers
+        .iter()
+        .map(|l| {
+            Blob::new(
+                l.bytes.clone(),
+                "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            )
+        })
+        .collect();
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": config.descriptor(),
+        "layers": layers.iter().map(Blob::descriptor).collect::<Vec<_>>(),
+    });
+    let manifest = Blob::new(
+        serde_json::to_vec(&manifest).unwrap(),
+        "application/vnd.docker.distribution.manifest.v2+json",
+    );
+    Image {
+        config,
+        layers,
+        manifest,
+    }
+}
