@@ -416,7 +416,12 @@ async fn index_short_names_tags_and_shared_layers() {
         "amd64",
     ));
     reg.push("library/busybox", "other", &other).await;
-    let c = Crust::start(&mirror_config("docker.io", &reg.addr, ""));
+    // The first mirror is down (nothing listens there): the second one serves.
+    let dead = registry::free_port();
+    let c = Crust::start(&format!(
+        "[registry.mirrors.\"docker.io\"]\nendpoints = [\"http://127.0.0.1:{dead}\", \"http://{}\"]\n",
+        reg.addr
+    ));
 
     // busybox -> docker.io/library/busybox:latest, through the mirror, this machine's platform.
     let id = pull(&c, "busybox", None).await.unwrap();
@@ -758,6 +763,28 @@ async fn import_layouts_and_archives_while_the_daemon_runs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The same layout as an OCI archive (a tar of the layout directory), under another name.
+    let oci_tar = c.dir.path().join("layout.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&oci_tar).unwrap());
+    b.append_dir_all(".", &layout).unwrap();
+    b.finish().unwrap();
+    drop(b);
+    let out = c.image_cli(&[
+        "import",
+        oci_tar.to_str().unwrap(),
+        "--name",
+        "archive.test/app",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&c, "archive.test/app:1.0", false)
+        .await
+        .image
+        .expect("imported OCI archive");
+    assert_eq!(s.id, img.id());
 
     // The running daemon sees the imports (it reloads on the generation file).
     let s = status(&c, "example.test/app:1.0", false)
