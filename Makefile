@@ -2,7 +2,7 @@
 CARGO ?= cargo
 ARGS ?=
 
-.PHONY: all build run test unit integration lint bench critest clean
+.PHONY: all build run test unit integration lint bench bench-images critest clean
 
 all: build
 
@@ -28,15 +28,23 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## Latency and memory benchmarks against crust and, where installed, containerd.
+## Latency and memory benchmarks against crust and, where installed, containerd: pod
+## sandboxes, then images.
 bench:
 	hack/install-deps.sh bench
 	$(CARGO) build --release --bins
 	hack/bench.sh
+	hack/bench-images.sh
 
 critest:
 	$(CARGO) build --bins
 	hack/critest.sh
+
+## Image pull/list/status benchmark against crust and, where installed, containerd.
+bench-images:
+	hack/install-deps.sh bench
+	$(CARGO) build --release --bins
+	hack/bench-images.sh
 
 clean:
 	$(CARGO) clean

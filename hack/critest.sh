@@ -1,25 +1,36 @@
 #!/bin/sh
-# Runs critest's specs for what crust implements against a crust daemon of its own (temp root,
-# state and socket, its own bridge network), skipping the specs listed in critest-config/skips.txt.
+# Runs critest's specs for what crust implements (pod sandboxes, runtime info, idempotence,
+# images) against a crust daemon of its own: temp root, state and socket, its own bridge
+# network, and critest-config/crust.toml, whose registry mirrors point at the offline registry
+# (../shared/tools/offline-registry.sh, or $OFFLINE_REGISTRY) on 127.0.0.1:5000. Specs listed in
+# critest-config/skips.txt are skipped; every other spec in the focus must pass.
 # critest must be on PATH (build it from kubernetes-sigs/cri-tools); without it this prints
 # SKIPPED and runs nothing.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-focus=${CRITEST_FOCUS:-'PodSandbox|Runtime info|Idempotence'}
+focus=${CRITEST_FOCUS:-'PodSandbox|Runtime info|Idempotence|Image Manager'}
 if ! command -v critest >/dev/null 2>&1; then
   echo "critest: SKIPPED (critest is not on PATH; nothing was run)"
   exit 0
 fi
+registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
+[ -f "$registry" ] || registry=/work/shared/tools/offline-registry.sh
+if [ ! -f "$registry" ]; then
+  echo "critest: FAILED (offline registry script not found; set OFFLINE_REGISTRY)" >&2
+  exit 1
+fi
+bash "$registry" start
+
 crust=${CRUST_BIN:-$top/target/debug/crust}
 work=$(mktemp -d /tmp/crust-critest.XXXXXX)
 sock=$work/crust.sock
 bridge=crustcri0
 
 cleanup() {
-  [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  # critest removes its pods; anything left (a failed spec) is killed here.
+  if [ -n "${pid:-}" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  # critest removes its pods; anything a failed spec left is killed here.
   for m in $(pgrep -f "crust monitor --sandbox" || true); do
-    grep -q "$work" "/proc/$m/cmdline" 2>/dev/null && kill -9 "$m"
+    grep -qs "$work" "/proc/$m/cgroup" "/proc/$m/cmdline" && kill -9 "$m"
   done
   grep " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l
   ip link del "$bridge" 2>/dev/null || true
@@ -35,10 +46,8 @@ cat > "$work/net.d/10-critest.conflist" <<JSON
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
-{
-  cat "$top/critest-config/crust.toml" 2>/dev/null || true
-  printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d"
-} > "$work/config.toml"
+cp "$top/critest-config/crust.toml" "$work/config.toml"
+printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >> "$work/config.toml"
 
 "$crust" serve --config "$work/config.toml" --listen "$sock" --root "$work/root" \
   --state "$work/state" --log-level info > "$work/crust.log" 2>&1 &

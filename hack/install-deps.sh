@@ -9,7 +9,10 @@ purpose=${1:-run}
 pkgs="containernetworking-plugins iptables"
 case $purpose in
   run) ;;
-  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux" ;;
+  # Sandbox tests: ping, nsenter (util-linux), jq for the fixture CNI plugins. Image tests: a real
+  # registry (docker-registry), htpasswd for its basic auth (apache2-utils), openssl for the
+  # token server's key; critest's offline registry: skopeo.
+  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo" ;;
   bench) pkgs="$pkgs docker-registry busybox-static containerd runc" ;;
   *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;
 esac

@@ -60,6 +60,7 @@ pub struct Config {
     pub runtime_handlers: Vec<String>,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
+    pub image: ImageStoreConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,14 +81,46 @@ pub struct NetworkConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
-    /// Mirrors per registry host, tried in order before the host itself.
+    /// Mirrors per registry host (`docker.io`, `registry.k8s.io`, or `*` for every host), tried
+    /// in order before the host itself. Plain `http://` is used only for endpoints named here.
     pub mirrors: BTreeMap<String, MirrorConfig>,
+    /// TLS settings per endpoint host (`host[:port]`).
+    pub configs: BTreeMap<String, RegistryHostConfig>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MirrorConfig {
+    /// `http://host[:port]` or `https://host[:port]`, without a path.
     pub endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryHostConfig {
+    /// PEM file of extra CA certificates trusted for this host.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (testing only).
+    pub insecure_skip_verify: bool,
+}
+
+/// The image store and pulls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImageStoreConfig {
+    /// Layer downloads running at once, across all pulls.
+    pub max_concurrent_downloads: usize,
+    /// A pull that receives no data for this many seconds is aborted.
+    pub pull_progress_timeout_secs: u64,
+}
+
+impl Default for ImageStoreConfig {
+    fn default() -> Self {
+        ImageStoreConfig {
+            max_concurrent_downloads: 3,
+            pull_progress_timeout_secs: 60,
+        }
+    }
 }
 
 impl Default for Config {
@@ -104,6 +137,7 @@ impl Default for Config {
             runtime_handlers: vec!["runc".into()],
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
+            image: ImageStoreConfig::default(),
         }
     }
 }
@@ -217,17 +251,40 @@ impl Config {
                 ));
             }
         }
+        self.validate_registry()?;
+        tracing_subscriber::EnvFilter::try_new(&self.log_level)
+            .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
+        Ok(())
+    }
+
+    fn validate_registry(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
         for (host, mirror) in &self.registry.mirrors {
             for e in &mirror.endpoints {
-                if !(e.starts_with("http://") || e.starts_with("https://")) {
+                if endpoint_host(e).is_none() {
                     return invalid(format!(
-                        "registry.mirrors.{host:?}: endpoint {e:?} must start with http:// or https://"
+                        "registry.mirrors.{host:?}: endpoint {e:?} must be http://host[:port] or https://host[:port]"
                     ));
                 }
             }
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log_level)
-            .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
+        for (host, c) in &self.registry.configs {
+            if let Some(ca) = &c.ca_file {
+                if !ca.is_file() {
+                    return invalid(format!(
+                        "registry.configs.{host:?}: ca_file {} is not a file",
+                        ca.display()
+                    ));
+                }
+            }
+        }
+        let image = &self.image;
+        if !(1..=64).contains(&image.max_concurrent_downloads) {
+            return invalid("image.max_concurrent_downloads must be between 1 and 64".into());
+        }
+        if image.pull_progress_timeout_secs == 0 {
+            return invalid("image.pull_progress_timeout_secs must be positive".into());
+        }
         Ok(())
     }
 
@@ -254,6 +311,19 @@ pub fn is_cidr(s: &str) -> bool {
         (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,
         _ => false,
     }
+}
+
+/// The `host[:port]` of a mirror endpoint `scheme://host[:port][/]`, or None when malformed.
+pub fn endpoint_host(endpoint: &str) -> Option<&str> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))?;
+    let host = rest.strip_suffix('/').unwrap_or(rest);
+    let ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    ok.then_some(host)
 }
 
 #[cfg(test)]
@@ -295,6 +365,36 @@ mod tests {
             c.registry.mirrors["registry.k8s.io"].endpoints,
             ["http://127.0.0.1:5000"]
         );
+    }
+
+    #[test]
+    fn registry_and_image_settings() {
+        let c = Config::parse(
+            r#"
+            [registry.mirrors."docker.io"]
+            endpoints = ["http://127.0.0.1:5000", "https://mirror.example:8443/"]
+            [registry.configs."mirror.example:8443"]
+            insecure_skip_verify = true
+            [image]
+            max_concurrent_downloads = 5
+            pull_progress_timeout_secs = 7
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.image.max_concurrent_downloads, 5);
+        assert!(c.registry.configs["mirror.example:8443"].insecure_skip_verify);
+        assert_eq!(
+            endpoint_host("https://mirror.example:8443/"),
+            Some("mirror.example:8443")
+        );
+        for bad in ["ftp://x", "http://", "http://host/path", "127.0.0.1:5000"] {
+            assert!(endpoint_host(bad).is_none(), "{bad}");
+        }
+        let mut c = Config::default();
+        c.image.max_concurrent_downloads = 0;
+        assert!(c.validate().is_err());
+        assert!(Config::parse("[image]\nbogus = 1").is_err());
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum DaemonError {
     AlreadyRunning(String),
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error("opening the image store: {0}")]
+    Image(#[from] crate::image::ImageError),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -82,6 +84,9 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             tracing::warn!("{problem}; pods in that subnet cannot reach other networks");
         }
     });
+    let images = Arc::new(tokio::task::block_in_place(|| {
+        crate::image::Images::open(crate::image::ImageSettings::from_config(&config), true)
+    })?);
     let listener = bind(&socket)?;
     let runtime = RuntimeServer {
         cni: sandboxes.context().cni.clone(),
@@ -97,7 +102,10 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     let signalled = stopping.clone();
     let server = tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(runtime))
-        .add_service(ImageServiceServer::new(ImageServer {}))
+        .add_service(ImageServiceServer::new(ImageServer {
+            images,
+            handlers: config.runtime_handlers.clone(),
+        }))
         .serve_with_incoming_shutdown(incoming, async move {
             shutdown_signal().await;
             signalled.notify_one();

@@ -5,6 +5,7 @@ pub mod check;
 pub mod config;
 pub mod cri;
 pub mod daemon;
+pub mod image;
 pub mod monitor;
 pub mod network;
 pub mod sandbox;

@@ -1,5 +1,6 @@
 //! The `crust` command: `serve` runs the daemon, `monitor` is the per-pod monitor the daemon
-//! spawns (never run by hand), `check` inspects the host, `version` prints the version.
+//! spawns (never run by hand), `check` inspects the host, `image import|ls` work on the image
+//! store directly (with or without a running daemon), `version` prints the version.
 
 use std::path::PathBuf;
 
@@ -46,6 +47,11 @@ enum Command {
     Serve(DaemonArgs),
     /// Check that this host can run crust, and print what is missing.
     Check(DaemonArgs),
+    /// Work on the image store directly (safe while the daemon runs: it sees the changes).
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
     /// Print the version.
     Version,
     /// The per-pod monitor (started by the daemon).
@@ -53,6 +59,29 @@ enum Command {
     Monitor {
         #[arg(long)]
         sandbox: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImageCommand {
+    /// Load images from an OCI image layout directory, an OCI archive or a docker archive.
+    Import {
+        /// The layout directory or archive file.
+        path: PathBuf,
+        /// Repository for images the archive names only by tag (or not at all), e.g.
+        /// registry.example/app or registry.example/app:1.0.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        args: DaemonArgs,
+    },
+    /// List stored images.
+    Ls {
+        /// Print image ids only.
+        #[arg(long, short)]
+        quiet: bool,
+        #[command(flatten)]
+        args: DaemonArgs,
     },
 }
 
@@ -90,10 +119,92 @@ fn run(command: Command) -> anyhow::Result<()> {
                 anyhow::bail!("{} problem(s) found", problems.len());
             }
         }
+        Command::Image { command } => image_command(command)?,
         Command::Version => println!("crust {}", env!("CARGO_PKG_VERSION")),
         Command::Monitor { .. } => unreachable!("dispatched in main"),
     }
     Ok(())
+}
+
+fn image_command(command: ImageCommand) -> anyhow::Result<()> {
+    use crust::image::{ImageSettings, Images};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match command {
+        ImageCommand::Import { path, name, args } => {
+            let config = load(args)?;
+            let images = Images::open(ImageSettings::from_config(&config), false)?;
+            // Held for the whole import: the daemon's garbage collection and record writes wait,
+            // and it reloads the records when the generation file changes.
+            images.hold_store_lock()?;
+            let imported = runtime.block_on(images.import(&path, name.as_deref()))?;
+            for r in &imported {
+                let names = if r.repo_tags.is_empty() {
+                    "<untagged>".to_owned()
+                } else {
+                    r.repo_tags.join(", ")
+                };
+                println!("imported {} {names}", r.id);
+            }
+            if imported.is_empty() {
+                anyhow::bail!("{} holds no images", path.display());
+            }
+        }
+        ImageCommand::Ls { quiet, args } => {
+            let config = load(args)?;
+            let images = Images::open(ImageSettings::from_config(&config), false)?;
+            let list = images.list(None)?;
+            if !quiet {
+                println!(
+                    "{:<60} {:<20} {:<13} {:>10}",
+                    "IMAGE", "TAG", "IMAGE ID", "SIZE"
+                );
+            }
+            for v in list {
+                if quiet {
+                    println!("{}", v.record.id);
+                    continue;
+                }
+                let mut names: Vec<(String, String)> = v
+                    .record
+                    .repo_tags
+                    .iter()
+                    .filter_map(|t| {
+                        t.rsplit_once(':')
+                            .map(|(r, t)| (r.to_owned(), t.to_owned()))
+                    })
+                    .collect();
+                if names.is_empty() {
+                    names.push(("<none>".into(), "<none>".into()));
+                }
+                for (repo, tag) in names {
+                    println!(
+                        "{repo:<60} {tag:<20} {:<13} {:>10}",
+                        v.record.id.short(),
+                        human(v.record.size)
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1000.0 && i + 1 < units.len() {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes}B")
+    } else {
+        format!("{v:.1}{}", units[i])
+    }
 }
 
 fn load(a: DaemonArgs) -> anyhow::Result<Config> {

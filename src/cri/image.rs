@@ -1,14 +1,109 @@
-//! ImageService. Every RPC answers `Unimplemented` until the image store lands.
+//! ImageService: thin adapters over `image::Images`. Requests are decoded into plain strings
+//! and `Credentials`; records come back as `ImageView`s and are encoded here.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::pb::{self, image_service_server::ImageService};
-use super::status::unimplemented;
+use super::status::invalid;
+use crate::image::{Credentials, FsUsage, ImageView, Images};
 
-pub struct ImageServer {}
+pub struct ImageServer {
+    pub images: Arc<Images>,
+    /// Runtime handlers a request may name.
+    pub handlers: Vec<String>,
+}
+
+/// ListImages answers in one message; StreamImages sends images in batches this size.
+const STREAM_BATCH: usize = 500;
+
+impl ImageServer {
+    fn spec(&self, spec: Option<pb::ImageSpec>) -> Result<String, Status> {
+        let spec = spec.ok_or_else(|| invalid("image spec is required"))?;
+        if !spec.runtime_handler.is_empty() && !self.handlers.contains(&spec.runtime_handler) {
+            return Err(invalid(format!(
+                "unknown runtime handler {:?}",
+                spec.runtime_handler
+            )));
+        }
+        if spec.image.trim().is_empty() {
+            return Err(invalid("image spec names no image"));
+        }
+        Ok(spec.image)
+    }
+
+    fn list(&self, filter: Option<pb::ImageFilter>) -> Result<Vec<pb::Image>, Status> {
+        let filter = filter.and_then(|f| f.image).map(|s| s.image);
+        Ok(self
+            .images
+            .list(filter.as_deref())?
+            .iter()
+            .map(image)
+            .collect())
+    }
+}
+
+fn image(v: &ImageView) -> pb::Image {
+    pb::Image {
+        id: v.id(),
+        repo_tags: v.record.repo_tags.clone(),
+        repo_digests: v.record.repo_digests.clone(),
+        size: v.record.size.max(1),
+        uid: v.uid.map(|value| pb::Int64Value { value }),
+        username: v.username.clone(),
+        spec: Some(pb::ImageSpec {
+            image: v.id(),
+            ..Default::default()
+        }),
+        pinned: false,
+    }
+}
+
+fn credentials(a: Option<pb::AuthConfig>) -> Credentials {
+    let a = a.unwrap_or_default();
+    Credentials {
+        username: a.username,
+        password: a.password,
+        auth: a.auth,
+        identity_token: a.identity_token,
+        registry_token: a.registry_token,
+    }
+}
+
+fn usage(u: FsUsage, timestamp: i64) -> pb::FilesystemUsage {
+    pb::FilesystemUsage {
+        timestamp,
+        fs_id: Some(pb::FilesystemIdentifier {
+            mountpoint: u.mountpoint.display().to_string(),
+        }),
+        used_bytes: Some(pb::UInt64Value { value: u.bytes }),
+        inodes_used: Some(pb::UInt64Value { value: u.inodes }),
+    }
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(1)
+}
+
+fn log_err(e: &Status) {
+    tracing::warn!(code = ?e.code(), error = %e.message(), "image request failed");
+}
+
+/// Runs blocking store work (removal, disk usage) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+}
 
 #[tonic::async_trait]
 impl ImageService for ImageServer {
@@ -17,38 +112,95 @@ impl ImageService for ImageServer {
 
     async fn list_images(
         &self,
-        _: Request<pb::ListImagesRequest>,
+        req: Request<pb::ListImagesRequest>,
     ) -> Result<Response<pb::ListImagesResponse>, Status> {
-        Err(unimplemented("ListImages"))
+        let images = self.list(req.into_inner().filter)?;
+        Ok(Response::new(pb::ListImagesResponse { images }))
     }
+
     async fn stream_images(
         &self,
-        _: Request<pb::StreamImagesRequest>,
+        req: Request<pb::StreamImagesRequest>,
     ) -> Result<Response<Self::StreamImagesStream>, Status> {
-        Err(unimplemented("StreamImages"))
+        let images = self.list(req.into_inner().filter)?;
+        let batches: Vec<Result<pb::StreamImagesResponse, Status>> = images
+            .chunks(STREAM_BATCH)
+            .map(|c| Ok(pb::StreamImagesResponse { images: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
     }
+
     async fn image_status(
         &self,
-        _: Request<pb::ImageStatusRequest>,
+        req: Request<pb::ImageStatusRequest>,
     ) -> Result<Response<pb::ImageStatusResponse>, Status> {
-        Err(unimplemented("ImageStatus"))
+        let req = req.into_inner();
+        let spec = self.spec(req.image)?;
+        let Some(view) = self.images.status(&spec)? else {
+            return Ok(Response::new(pb::ImageStatusResponse::default()));
+        };
+        let mut info = std::collections::HashMap::new();
+        if req.verbose {
+            info.insert("info".to_owned(), view.info(&self.images).to_string());
+        }
+        Ok(Response::new(pb::ImageStatusResponse {
+            image: Some(image(&view)),
+            info,
+        }))
     }
+
     async fn pull_image(
         &self,
-        _: Request<pb::PullImageRequest>,
+        req: Request<pb::PullImageRequest>,
     ) -> Result<Response<pb::PullImageResponse>, Status> {
-        Err(unimplemented("PullImage"))
+        let req = req.into_inner();
+        let spec = self.spec(req.image)?;
+        let creds = credentials(req.auth);
+        async {
+            let record = self
+                .images
+                .pull(&spec, &creds)
+                .await
+                .map_err(Status::from)
+                .inspect_err(log_err)?;
+            Ok(Response::new(pb::PullImageResponse {
+                image_ref: record.id.to_string(),
+            }))
+        }
+        .instrument(
+            tracing::info_span!("PullImage", image = %spec, authenticated = !creds.is_anonymous()),
+        )
+        .await
     }
+
     async fn remove_image(
         &self,
-        _: Request<pb::RemoveImageRequest>,
+        req: Request<pb::RemoveImageRequest>,
     ) -> Result<Response<pb::RemoveImageResponse>, Status> {
-        Err(unimplemented("RemoveImage"))
+        let spec = self.spec(req.into_inner().image)?;
+        let images = self.images.clone();
+        let span = tracing::info_span!("RemoveImage", image = %spec);
+        blocking(move || {
+            let _span = span.entered();
+            images
+                .remove(&spec)
+                .map_err(Status::from)
+                .inspect_err(log_err)?;
+            Ok(Response::new(pb::RemoveImageResponse {}))
+        })
+        .await
     }
+
     async fn image_fs_info(
         &self,
         _: Request<pb::ImageFsInfoRequest>,
     ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
-        Err(unimplemented("ImageFsInfo"))
+        let images = self.images.clone();
+        let (img, ctr) = blocking(move || images.fs_usage().map_err(Status::from)).await?;
+        let ts = now_nanos();
+        Ok(Response::new(pb::ImageFsInfoResponse {
+            image_filesystems: vec![usage(img, ts)],
+            container_filesystems: vec![usage(ctr, ts)],
+        }))
     }
 }

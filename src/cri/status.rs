@@ -2,6 +2,7 @@
 
 use tonic::{Code, Status};
 
+use crate::image::{ImageError, PullError, UnpackError};
 use crate::sandbox::SandboxError;
 
 pub fn unimplemented(rpc: &str) -> Status {
@@ -26,5 +27,42 @@ impl From<SandboxError> for Status {
             }
         };
         Status::new(code, e.to_string())
+    }
+}
+
+impl From<ImageError> for Status {
+    fn from(e: ImageError) -> Status {
+        let code = match &e {
+            ImageError::Reference(_) | ImageError::Ambiguous(_) => Code::InvalidArgument,
+            ImageError::NotFound(_) => Code::NotFound,
+            ImageError::Pull { error, .. } => pull_code(error),
+            ImageError::Import { .. } | ImageError::Store(_) | ImageError::Io { .. } => {
+                Code::Internal
+            }
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+fn pull_code(e: &PullError) -> Code {
+    match e {
+        PullError::NotFound { .. } => Code::NotFound,
+        PullError::Unauthenticated { .. } => Code::Unauthenticated,
+        PullError::Denied { .. } => Code::PermissionDenied,
+        PullError::BadCredentials(_) => Code::InvalidArgument,
+        // Content that does not match its digest, or a layer that is not a safe tar: the
+        // image is corrupt or hostile; retrying the same source will not help.
+        PullError::DigestMismatch { .. }
+        | PullError::SizeMismatch { .. }
+        | PullError::Invalid(_) => Code::DataLoss,
+        PullError::Layer {
+            error: UnpackError::Fs { .. },
+            ..
+        } => Code::Internal,
+        PullError::Layer { .. } => Code::DataLoss,
+        PullError::Stalled { .. } => Code::DeadlineExceeded,
+        PullError::Unreachable { .. } | PullError::Registry { .. } => Code::Unavailable,
+        PullError::Unsupported(_) => Code::FailedPrecondition,
+        PullError::Local { .. } | PullError::Store(_) => Code::Internal,
     }
 }

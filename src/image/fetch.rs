@@ -1,0 +1,342 @@
+//! Getting an image's content into the store, from a registry or from local files (import):
+//! blobs verified into `blobs/`, layers unpacked into `layers/`, then the record committed.
+//! Shared by `pull.rs` and `import.rs`.
+//!
+//! Concurrency: one download per blob and one unpack per layer at a time across all pulls
+//! (`KeyedLocks`; a waiter finds the finished result), downloads bounded by the configured
+//! limit, unpacks by the CPU count. Layers of one image download and unpack in parallel: each
+//! unpacks into its own directory, independent of its parent.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+use futures_util::future::try_join_all;
+
+use super::content::{CommitError, Ingest};
+use super::digest::{Digest, chain_ids};
+use super::manifest::{self, Descriptor, ImageConfig, Manifest};
+use super::records::{ImageRecord, LayerRef};
+use super::registry::Session;
+use super::{Images, PullError, local};
+
+/// Where blobs come from.
+pub enum Source<'a> {
+    Registry(&'a Session),
+    /// Files on disk: an explicit map (docker archives), else `<dir>/blobs/<alg>/<hex>` (OCI
+    /// layouts).
+    Local {
+        dir: PathBuf,
+        files: HashMap<Digest, PathBuf>,
+    },
+}
+
+impl Source<'_> {
+    fn local_path(&self, d: &Digest) -> Option<PathBuf> {
+        match self {
+            Source::Registry(_) => None,
+            Source::Local { dir, files } => Some(
+                files
+                    .get(d)
+                    .cloned()
+                    .unwrap_or_else(|| dir.join("blobs").join(d.algorithm().name()).join(d.hex())),
+            ),
+        }
+    }
+}
+
+/// An image about to be installed: its manifest (and the index it was chosen from, if any)
+/// and the names to record.
+pub struct Candidate {
+    pub manifest: Manifest,
+    pub manifest_bytes: bytes::Bytes,
+    pub manifest_digest: Digest,
+    pub index: Option<(bytes::Bytes, Digest)>,
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+}
+
+impl Images {
+    /// Fetches, verifies and unpacks everything `c` needs, then commits its record.
+    pub(super) async fn install(
+        &self,
+        src: &Source<'_>,
+        c: Candidate,
+    ) -> Result<ImageRecord, PullError> {
+        let m = &c.manifest;
+        if let Some(bad) = m
+            .layers
+            .iter()
+            .find(|l| !manifest::is_layer_type(&l.media_type))
+        {
+            return Err(PullError::Unsupported(format!(
+                "layer media type {:?} is not supported",
+                bad.media_type
+            )));
+        }
+        let _pin_config = self.pin(vec![m.config.digest.clone()]);
+        self.ensure_blob(src, &m.config).await?;
+        let config_path = self.paths.blob(&m.config.digest);
+        let config_bytes = std::fs::read(&config_path).map_err(local("reading", &config_path))?;
+        let config: ImageConfig =
+            manifest::parse_config(&config_bytes).map_err(|e| PullError::Invalid(e.to_string()))?;
+        let diff_ids = &config.rootfs.diff_ids;
+        if diff_ids.len() != m.layers.len() {
+            return Err(PullError::Invalid(format!(
+                "the config lists {} diff ids for {} layers",
+                diff_ids.len(),
+                m.layers.len()
+            )));
+        }
+        let layers: Vec<LayerRef> = m
+            .layers
+            .iter()
+            .zip(diff_ids)
+            .zip(chain_ids(diff_ids))
+            .map(|((l, diff), chain)| LayerRef {
+                blob: l.digest.clone(),
+                media_type: l.media_type.clone(),
+                size: l.size.max(0) as u64,
+                diff_id: diff.clone(),
+                chain_id: chain,
+            })
+            .collect();
+        let keys = layers
+            .iter()
+            .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
+            .collect();
+        let _pins = self.pin(keys);
+        try_join_all(
+            m.layers
+                .iter()
+                .zip(&layers)
+                .map(|(d, l)| self.ensure_layer(src, d, l)),
+        )
+        .await?;
+
+        let mut blobs = vec![c.manifest_digest.clone(), m.config.digest.clone()];
+        self.put_small_blob(&c.manifest_digest, &c.manifest_bytes)
+            .await?;
+        if let Some((bytes, digest)) = &c.index {
+            self.put_small_blob(digest, bytes).await?;
+            blobs.insert(0, digest.clone());
+        }
+        blobs.extend(layers.iter().map(|l| l.blob.clone()));
+        let size = c.manifest_bytes.len() as u64
+            + m.config.size.max(0) as u64
+            + layers.iter().map(|l| l.size).sum::<u64>();
+        let record = ImageRecord {
+            id: m.config.digest.clone(),
+            repo_tags: c.repo_tags,
+            repo_digests: c.repo_digests,
+            size,
+            manifest: c.manifest_digest,
+            blobs,
+            layers,
+            config,
+            stored_at: super::now_secs(),
+        };
+        self.commit(record).await
+    }
+
+    /// Saves `record` (merging names, moving tags) and publishes it. Blocking parts run on the
+    /// blocking pool.
+    async fn commit(&self, record: ImageRecord) -> Result<ImageRecord, PullError> {
+        let images = self;
+        let id = record.id.clone();
+        let result = tokio::task::block_in_place(|| {
+            images.with_store_lock(|table| {
+                let mut table = table.clone();
+                for changed in table.add(record) {
+                    if let Some(r) = table.get(&changed) {
+                        crate::store::save(&images.paths.record(&changed), r)?;
+                    }
+                }
+                images.publish(table)
+            })
+        });
+        result.map_err(|e| match e {
+            super::ImageError::Store(s) => PullError::Store(s),
+            super::ImageError::Io { what, path, source } => PullError::Local { what, path, source },
+            other => PullError::Invalid(format!("saving the image record: {other}")),
+        })?;
+        self.table()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| PullError::Invalid("image record vanished".into()))
+    }
+
+    /// Stores a small blob (a manifest) whose digest was already verified.
+    async fn put_small_blob(&self, digest: &Digest, bytes: &[u8]) -> Result<(), PullError> {
+        if self.paths.has_blob(digest) {
+            return Ok(());
+        }
+        let mut ingest = Ingest::create(&self.paths, digest.algorithm())
+            .map_err(local("creating", &self.paths.ingest_dir()))?;
+        ingest
+            .write(bytes)
+            .map_err(local("writing", &self.paths.ingest_dir()))?;
+        self.commit_ingest(ingest, digest, Some(bytes.len() as u64), "manifest")
+            .await
+    }
+
+    /// Makes sure the blob `desc` is in the store, downloading or copying it if not.
+    pub(super) async fn ensure_blob(
+        &self,
+        src: &Source<'_>,
+        desc: &Descriptor,
+    ) -> Result<(), PullError> {
+        let _one = self.blob_locks.lock(&desc.digest).await;
+        if self.paths.has_blob(&desc.digest) {
+            return Ok(());
+        }
+        let size = u64::try_from(desc.size).ok();
+        let what = format!("blob {}", desc.digest);
+        let mut ingest = Ingest::create(&self.paths, desc.digest.algorithm())
+            .map_err(local("creating", &self.paths.ingest_dir()))?;
+        match src {
+            Source::Registry(session) => {
+                let _permit = self
+                    .downloads
+                    .acquire()
+                    .await
+                    .map_err(|_| PullError::Invalid("shutting down".into()))?;
+                download(session, desc, &mut ingest, size).await?;
+            }
+            Source::Local { .. } => {
+                let path = src
+                    .local_path(&desc.digest)
+                    .expect("local source has paths");
+                copy_file(&path, &mut ingest)?;
+            }
+        }
+        self.commit_ingest(ingest, &desc.digest, size, &what).await
+    }
+
+    async fn commit_ingest(
+        &self,
+        ingest: Ingest,
+        digest: &Digest,
+        size: Option<u64>,
+        what: &str,
+    ) -> Result<(), PullError> {
+        let dest = self.paths.blob(digest);
+        let (d, what) = (digest.clone(), what.to_owned());
+        let res = tokio::task::spawn_blocking(move || ingest.commit(&d, size, &dest))
+            .await
+            .map_err(|e| PullError::Invalid(format!("storing blob: {e}")))?;
+        res.map_err(|e| match e {
+            CommitError::Digest { expected, actual } => PullError::DigestMismatch {
+                what,
+                expected: expected.to_string(),
+                actual: actual.to_string(),
+            },
+            CommitError::Size { expected, actual } => PullError::SizeMismatch {
+                what,
+                expected,
+                actual,
+            },
+            CommitError::Io(source) => PullError::Local {
+                what: "storing",
+                path: self.paths.blob(digest),
+                source,
+            },
+        })
+    }
+
+    /// Makes sure the layer is unpacked (fetching its blob first if needed).
+    async fn ensure_layer(
+        &self,
+        src: &Source<'_>,
+        desc: &Descriptor,
+        layer: &LayerRef,
+    ) -> Result<(), PullError> {
+        let _one = self.layer_locks.lock(&layer.chain_id).await;
+        let dir = self.paths.layer_dir(&layer.chain_id);
+        if super::unpack::read_meta(&dir).is_some() {
+            return Ok(());
+        }
+        self.ensure_blob(src, desc).await?;
+        let _permit = self
+            .unpacks
+            .acquire()
+            .await
+            .map_err(|_| PullError::Invalid("shutting down".into()))?;
+        let (paths, l) = (self.paths.clone(), layer.clone());
+        let meta = tokio::task::spawn_blocking(move || {
+            super::unpack::unpack(&paths, &paths.blob(&l.blob), &l.diff_id, &l.chain_id)
+        })
+        .await
+        .map_err(|e| PullError::Invalid(format!("unpacking: {e}")))?
+        .map_err(|error| PullError::Layer {
+            blob: layer.blob.clone(),
+            error,
+        })?;
+        super::lock(&self.layer_usage).insert(layer.chain_id.clone(), meta);
+        Ok(())
+    }
+}
+
+/// Streams a blob from the registry into `ingest`, aborting when no data arrives for the
+/// progress timeout or when the registry sends more than the descriptor's size.
+async fn download(
+    session: &Session,
+    desc: &Descriptor,
+    ingest: &mut Ingest,
+    size: Option<u64>,
+) -> Result<(), PullError> {
+    let what = format!("blob {}", desc.digest);
+    let mut stream = session.blob(desc).await?;
+    let progress = format!("downloading {what} from {}", session.registry);
+    loop {
+        let next = session.within(&progress, stream.next()).await?;
+        match next {
+            None => return Ok(()),
+            Some(Ok(chunk)) => {
+                ingest.write(&chunk).map_err(|e| PullError::Local {
+                    what: "writing",
+                    path: PathBuf::from("ingest"),
+                    source: e,
+                })?;
+                if let Some(expected) = size {
+                    if ingest.size() > expected {
+                        return Err(PullError::SizeMismatch {
+                            what,
+                            expected,
+                            actual: ingest.size(),
+                        });
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                // oci-client reports a digest mismatch as a stream error after the last byte.
+                let actual = ingest.digest_so_far();
+                if size == Some(ingest.size()) && actual != desc.digest {
+                    return Err(PullError::DigestMismatch {
+                        what,
+                        expected: desc.digest.to_string(),
+                        actual: actual.to_string(),
+                    });
+                }
+                return Err(PullError::Unreachable {
+                    registry: session.registry.clone(),
+                    detail: format!("{what}: {e}"),
+                });
+            }
+        }
+    }
+}
+
+fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)
+        .map_err(|_| PullError::Invalid(format!("blob file {} is missing", path.display())))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(local("reading", path))?;
+        if n == 0 {
+            return Ok(());
+        }
+        ingest.write(&buf[..n]).map_err(local("writing", path))?;
+    }
+}

@@ -1,0 +1,120 @@
+//! RemoveImage and garbage collection of content no image, hold or pull in progress uses.
+
+use std::collections::HashSet;
+use std::fs;
+
+use super::digest::Digest;
+use super::records::Table;
+use super::{ImageError, Images, lock};
+
+/// What one garbage collection deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GcStats {
+    pub blobs: usize,
+    pub layers: usize,
+}
+
+impl Images {
+    /// Removes the image `spec` names (by id, tag or digest: the whole image, with all its
+    /// names, as containerd does). Removing an image that is not there succeeds. Returns the
+    /// removed id. Blocking (file system work); call from a blocking context.
+    pub fn remove(&self, spec: &str) -> Result<Option<Digest>, ImageError> {
+        let Some(record) = self.find(spec)? else {
+            return Ok(None);
+        };
+        let id = record.id.clone();
+        self.with_store_lock(|table| {
+            let mut t = table.clone();
+            if t.remove(&id).is_none() {
+                return Ok(());
+            }
+            let path = self.paths.record(&id);
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(ImageError::Io {
+                        what: "removing",
+                        path,
+                        source: e,
+                    });
+                }
+                _ => {}
+            }
+            self.publish(t)?;
+            let stats = self.gc(&self.table())?;
+            tracing::info!(id = %id, blobs = stats.blobs, layers = stats.layers, "image removed");
+            Ok(())
+        })?;
+        Ok(Some(id))
+    }
+
+    /// Deletes content nothing uses. Blocking.
+    pub fn collect_garbage(&self) -> Result<GcStats, ImageError> {
+        self.with_store_lock(|table| self.gc(table))
+    }
+
+    /// For `open`, which already holds the store lock.
+    pub(super) fn collect_garbage_locked(&self) -> Result<GcStats, ImageError> {
+        self.gc(&self.table())
+    }
+
+    /// Deletes blobs and layers that no record in `table`, no hold and no pin keeps. The
+    /// decision and the unlinks/renames happen under the pins lock, so a pull that pins
+    /// content and then finds it present can rely on it staying.
+    fn gc(&self, table: &Table) -> Result<GcStats, ImageError> {
+        let io =
+            |what, path: std::path::PathBuf| move |source| ImageError::Io { what, path, source };
+        let mut stats = GcStats::default();
+        let mut trash = Vec::new();
+        {
+            let pins = lock(&self.pins);
+            let mut keep: HashSet<&Digest> = HashSet::new();
+            for r in table.all() {
+                keep.extend(r.blobs.iter());
+                keep.extend(r.layers.iter().map(|l| &l.chain_id));
+            }
+            keep.extend(pins.in_flight.keys());
+            keep.extend(pins.holds.values().flat_map(|h| h.keys.iter()));
+            for alg in ["sha256", "sha512"] {
+                let dir = self.paths.blobs_dir().join(alg);
+                for e in fs::read_dir(&dir)
+                    .map_err(io("reading", dir.clone()))?
+                    .flatten()
+                {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let keep_it = format!("{alg}:{name}")
+                        .parse::<Digest>()
+                        .is_ok_and(|d| keep.contains(&d));
+                    if !keep_it {
+                        fs::remove_file(e.path()).map_err(io("removing", e.path()))?;
+                        stats.blobs += 1;
+                    }
+                }
+            }
+            let dir = self.paths.layers_dir();
+            for e in fs::read_dir(&dir)
+                .map_err(io("reading", dir.clone()))?
+                .flatten()
+            {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let chain = format!("sha256:{name}").parse::<Digest>().ok();
+                if chain.as_ref().is_some_and(|d| keep.contains(d)) {
+                    continue;
+                }
+                let t = dir.join(format!(".tmp-trash-{name}"));
+                fs::rename(e.path(), &t).map_err(io("removing", e.path()))?;
+                trash.push(t);
+                if let Some(c) = chain {
+                    lock(&self.layer_usage).remove(&c);
+                }
+                stats.layers += 1;
+            }
+        }
+        for t in trash {
+            super::unpack::remove_tree(&t).map_err(io("removing", t.clone()))?;
+        }
+        Ok(stats)
+    }
+}

@@ -1,0 +1,165 @@
+//! What the container module uses: an image's ordered lowerdirs and runtime config, held so
+//! that removing the image (RemoveImage) keeps its layers until every container using it is
+//! gone. Holds live in memory: after a daemon restart the container module acquires again for
+//! each container it recovers.
+
+use std::path::PathBuf;
+
+use super::digest::Digest;
+use super::manifest::RuntimeConfig;
+use super::records::ImageRecord;
+use super::{ImageError, Images, lock};
+
+/// An image a container uses.
+#[derive(Debug, Clone)]
+pub struct ImageUse {
+    pub id: Digest,
+    /// overlayfs lowerdirs, topmost layer first (the order `lowerdir=` wants). Empty for an
+    /// image without layers.
+    pub lowerdirs: Vec<PathBuf>,
+    /// User, Env, Entrypoint, Cmd, WorkingDir, Volumes, StopSignal, Labels.
+    pub config: RuntimeConfig,
+}
+
+/// The content one holder keeps alive.
+pub(super) struct Hold {
+    pub image: Digest,
+    pub keys: Vec<Digest>,
+}
+
+impl Images {
+    /// overlayfs lowerdirs of `record`, topmost first.
+    pub fn lowerdirs(&self, record: &ImageRecord) -> Vec<PathBuf> {
+        record
+            .layers
+            .iter()
+            .rev()
+            .map(|l| self.paths.layer_fs(&l.chain_id))
+            .collect()
+    }
+
+    /// Resolves `image` (id, tag, digest) and holds its content for `holder` (a container id)
+    /// until `release(holder)`. Acquiring again for the same holder replaces its hold.
+    pub fn acquire(&self, holder: &str, image: &str) -> Result<ImageUse, ImageError> {
+        let record = self
+            .find(image)?
+            .ok_or_else(|| ImageError::NotFound(image.to_owned()))?;
+        let keys: Vec<Digest> = record
+            .blobs
+            .iter()
+            .cloned()
+            .chain(record.layers.iter().map(|l| l.chain_id.clone()))
+            .collect();
+        {
+            let mut pins = lock(&self.pins);
+            // Content deletion decides under this same lock, so once the hold is in, the
+            // layers stay; check they were not deleted just before.
+            if let Some(missing) = record
+                .layers
+                .iter()
+                .find(|l| !self.paths.layer_dir(&l.chain_id).is_dir())
+            {
+                return Err(ImageError::NotFound(format!(
+                    "{image} (layer {} is gone)",
+                    missing.chain_id
+                )));
+            }
+            pins.holds.insert(
+                holder.to_owned(),
+                Hold {
+                    image: record.id.clone(),
+                    keys,
+                },
+            );
+        }
+        Ok(ImageUse {
+            id: record.id.clone(),
+            lowerdirs: self.lowerdirs(&record),
+            config: record.config.config,
+        })
+    }
+
+    /// Drops `holder`'s hold, deleting content only it kept (its image was removed meanwhile).
+    pub fn release(&self, holder: &str) -> Result<(), ImageError> {
+        let released = lock(&self.pins).holds.remove(holder);
+        if let Some(h) = released {
+            if self.table().get(&h.image).is_none() {
+                self.collect_garbage()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The image ids currently held, by holder.
+    pub fn holds(&self) -> Vec<(String, Digest)> {
+        lock(&self.pins)
+            .holds
+            .iter()
+            .map(|(k, h)| (k.clone(), h.image.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::image::records::tests::record;
+    use crate::image::{ImageSettings, LayerRef, Platform};
+
+    #[test]
+    fn a_held_image_keeps_its_layers_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = ImageSettings {
+            root: dir.path().to_owned(),
+            registry: Default::default(),
+            max_concurrent_downloads: 1,
+            progress_timeout: Duration::from_secs(1),
+            platform: Platform::current(),
+        };
+        let images = Images::open(settings, true).unwrap();
+        let mut r = record(b"img", &["docker.io/library/x:1"]);
+        let chain = Digest::of(b"layer");
+        r.layers = vec![LayerRef {
+            blob: Digest::of(b"blob"),
+            media_type: String::new(),
+            size: 1,
+            diff_id: chain.clone(),
+            chain_id: chain.clone(),
+        }];
+        std::fs::create_dir_all(images.paths.layer_fs(&chain)).unwrap();
+        std::fs::write(images.paths.blob(&Digest::of(b"blob")), b"blob").unwrap();
+        r.blobs.push(Digest::of(b"blob"));
+        images
+            .with_store_lock(|t| {
+                let mut t = t.clone();
+                t.add(r.clone());
+                crate::store::save(&images.paths.record(&r.id), &r)?;
+                images.publish(t)
+            })
+            .unwrap();
+
+        let used = images.acquire("ctr1", "x:1").unwrap();
+        assert_eq!(used.lowerdirs, [images.paths.layer_fs(&chain)]);
+        assert_eq!(images.remove("x:1").unwrap(), Some(r.id.clone()));
+        assert!(images.find("x:1").unwrap().is_none());
+        assert!(
+            images.paths.layer_dir(&chain).is_dir(),
+            "held layer survives RemoveImage"
+        );
+        assert!(images.paths.has_blob(&Digest::of(b"blob")));
+        assert_eq!(images.holds().len(), 1);
+        images.release("ctr1").unwrap();
+        assert!(
+            !images.paths.layer_dir(&chain).exists(),
+            "released layer is collected"
+        );
+        assert!(!images.paths.has_blob(&Digest::of(b"blob")));
+        images.release("ctr1").unwrap();
+        assert!(matches!(
+            images.acquire("ctr2", "x:1"),
+            Err(ImageError::NotFound(_))
+        ));
+    }
+}

@@ -1,0 +1,136 @@
+//! ImageStatus and ListImages: finding an image by id, id prefix, tag or digest, and the view
+//! of a record the CRI adapters encode.
+
+use serde_json::json;
+
+use super::records::ImageRecord;
+use super::reference::ImageRef;
+use super::{ImageError, Images};
+
+/// An image as status and list report it.
+#[derive(Debug, Clone)]
+pub struct ImageView {
+    pub record: ImageRecord,
+    /// The numeric user the image runs as, when its `User` is numeric.
+    pub uid: Option<i64>,
+    /// The user name the image runs as, when its `User` is a name.
+    pub username: String,
+}
+
+impl ImageView {
+    pub fn new(record: ImageRecord) -> ImageView {
+        let (uid, username) = user_of(&record.config.config.user);
+        ImageView {
+            record,
+            uid,
+            username,
+        }
+    }
+
+    /// The `id` CRI reports: `sha256:<config digest>`.
+    pub fn id(&self) -> String {
+        self.record.id.to_string()
+    }
+
+    /// The verbose info: the image config and where its layers are, for debugging.
+    pub fn info(&self, images: &Images) -> serde_json::Value {
+        let r = &self.record;
+        json!({
+            "id": r.id,
+            "manifest": r.manifest,
+            "imageSpec": r.config,
+            "layers": r.layers,
+            "lowerdirs": images.lowerdirs(r),
+            "storedAt": r.stored_at,
+        })
+    }
+}
+
+/// `User` is `uid`, `uid:gid`, `name` or `name:group`; CRI wants the uid or the name.
+fn user_of(user: &str) -> (Option<i64>, String) {
+    let u = user.split(':').next().unwrap_or_default();
+    if u.is_empty() {
+        return (None, String::new());
+    }
+    match u.parse::<i64>() {
+        Ok(uid) => (Some(uid), String::new()),
+        Err(_) => (None, u.to_owned()),
+    }
+}
+
+fn is_hex(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Images {
+    /// Finds the image `spec` names: a full id (`sha256:<hex>` or `<hex>`), a tag or digest
+    /// reference (normalised: `busybox` finds `docker.io/library/busybox:latest`), or a unique
+    /// id prefix. `Ok(None)` when there is no such image.
+    pub fn find(&self, spec: &str) -> Result<Option<ImageRecord>, ImageError> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(ImageError::Reference(super::ReferenceError {
+                reference: String::new(),
+                reason: "empty",
+            }));
+        }
+        let table = self.table();
+        let bare = spec.strip_prefix("sha256:").unwrap_or(spec);
+        if bare.len() == 64 && is_hex(bare) {
+            let id: super::Digest = format!("sha256:{bare}").parse().expect("checked hex");
+            return Ok(table.get(&id).cloned());
+        }
+        let parsed = ImageRef::parse(spec);
+        if let Ok(r) = &parsed {
+            let name = match &r.digest {
+                Some(d) => r.digested(d),
+                None => r.tagged().unwrap_or_default(),
+            };
+            if let Some(rec) = table.by_name(&name) {
+                return Ok(Some(rec.clone()));
+            }
+        }
+        if is_hex(bare) {
+            return match table.by_id_prefix(bare).as_slice() {
+                [one] => Ok(Some((*one).clone())),
+                [] => Ok(None),
+                _ => Err(ImageError::Ambiguous(bare.to_owned())),
+            };
+        }
+        parsed.map(|_| None).map_err(Into::into)
+    }
+
+    /// ImageStatus: the image, or `None` when it is not stored (not an error, per CRI).
+    pub fn status(&self, spec: &str) -> Result<Option<ImageView>, ImageError> {
+        Ok(self.find(spec)?.map(ImageView::new))
+    }
+
+    /// ListImages: all images, or the one `filter` names; oldest first.
+    pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageView>, ImageError> {
+        if let Some(f) = filter.filter(|f| !f.is_empty()) {
+            return Ok(self.find(f)?.map(ImageView::new).into_iter().collect());
+        }
+        let table = self.table();
+        let mut out: Vec<ImageView> = table.all().cloned().map(ImageView::new).collect();
+        out.sort_by(|a, b| {
+            (a.record.stored_at, &a.record.id).cmp(&(b.record.stored_at, &b.record.id))
+        });
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_become_uid_or_name() {
+        assert_eq!(user_of(""), (None, String::new()));
+        assert_eq!(user_of("1002"), (Some(1002), String::new()));
+        assert_eq!(user_of("1003:1004"), (Some(1003), String::new()));
+        assert_eq!(user_of("www-data"), (None, "www-data".to_owned()));
+        assert_eq!(user_of("www-data:1004"), (None, "www-data".to_owned()));
+    }
+}

@@ -1,0 +1,401 @@
+//! Unpacking a layer blob into `layers/<chain id>/`: decompress (gzip, zstd or none, told by
+//! magic number), hash the tar as it streams (its digest must equal the diff id), extract each
+//! entry (`extract.rs`), then rename the finished directory into place. Until that rename the
+//! work lives under `layers/.tmp-*`, which nothing reads and startup removes.
+
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::content::StorePaths;
+use super::digest::{Digest, HashingReader};
+use super::extract::Extractor;
+use super::manifest::Compression;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("entry {path:?} escapes the layer directory")]
+    Traversal { path: String },
+    #[error("hard link {path:?} points to {target:?}, which is not a file in this layer")]
+    BadLink { path: String, target: String },
+    #[error("uncompressed layer has digest {actual}, but the image config says {expected}")]
+    DiffId { expected: Digest, actual: Digest },
+    #[error("layer is not a valid (compressed) tar: {0}")]
+    Corrupt(String),
+    #[error("{op} {path}: {source}")]
+    Fs {
+        op: &'static str,
+        path: String,
+        source: io::Error,
+    },
+}
+
+/// What one unpacked layer uses on disk, saved beside it as `layer.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LayerMeta {
+    pub chain_id: Option<Digest>,
+    pub diff_id: Option<Digest>,
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+pub fn meta_path(layer_dir: &Path) -> PathBuf {
+    layer_dir.join("layer.json")
+}
+
+pub fn read_meta(layer_dir: &Path) -> Option<LayerMeta> {
+    serde_json::from_slice(&fs::read(meta_path(layer_dir)).ok()?).ok()
+}
+
+fn fs_err<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(io::Error) -> UnpackError + 'a {
+    move |source| UnpackError::Fs {
+        op,
+        path: p.display().to_string(),
+        source,
+    }
+}
+
+/// Removes a temporary directory when dropped, unless disarmed.
+struct TmpDir(Option<PathBuf>);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = remove_tree(&p);
+        }
+    }
+}
+
+/// Unpacks `blob` as the layer `chain_id`. Blocking. Returns at once if the layer exists.
+pub fn unpack(
+    paths: &StorePaths,
+    blob: &Path,
+    diff_id: &Digest,
+    chain_id: &Digest,
+) -> Result<LayerMeta, UnpackError> {
+    let dest = paths.layer_dir(chain_id);
+    if let Some(meta) = read_meta(&dest) {
+        return Ok(meta);
+    }
+    let mut rnd = [0u8; 6];
+    getrandom::fill(&mut rnd)
+        .map_err(|e| fs_err("creating", &dest)(io::Error::other(e.to_string())))?;
+    let tmp = paths
+        .layers_dir()
+        .join(format!(".tmp-{}-{}", chain_id.short(), hex::encode(rnd)));
+    let guard = TmpDir(Some(tmp.clone()));
+    let fs_dir = tmp.join("fs");
+    fs::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
+    let file = File::open(blob).map_err(fs_err("opening", blob))?;
+    extract_tar(file, &fs_dir, Some(diff_id))?;
+    let (bytes, inodes) = usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
+    let meta = LayerMeta {
+        chain_id: Some(chain_id.clone()),
+        diff_id: Some(diff_id.clone()),
+        bytes,
+        inodes,
+    };
+    let json = serde_json::to_vec(&meta).expect("layer meta serializes");
+    fs::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
+    // Make the tree durable before it becomes visible, so a power loss cannot leave a complete
+    // looking layer with empty files. One syncfs is far cheaper than an fsync per file.
+    let dir = File::open(&tmp).map_err(fs_err("opening", &tmp))?;
+    rustix::fs::syncfs(&dir).map_err(|e| fs_err("syncing", &tmp)(e.into()))?;
+    match fs::rename(&tmp, &dest) {
+        Ok(()) => {}
+        // Another unpack of the same layer finished first; both are verified, keep theirs.
+        Err(e) if dest.join("fs").is_dir() => tracing::debug!(error = %e, "layer already unpacked"),
+        Err(e) => return Err(fs_err("renaming into place", &dest)(e)),
+    }
+    File::open(paths.layers_dir())
+        .and_then(|d| d.sync_all())
+        .map_err(fs_err("syncing", &dest))?;
+    drop(guard);
+    Ok(meta)
+}
+
+/// Extracts a (possibly compressed) tar stream into the empty directory `dir`, checking the
+/// uncompressed stream against `diff_id` when given. Blocking.
+pub fn extract_tar(
+    input: impl Read,
+    dir: &Path,
+    diff_id: Option<&Digest>,
+) -> Result<(), UnpackError> {
+    let mut buffered = BufReader::with_capacity(256 * 1024, input);
+    let head = buffered
+        .fill_buf()
+        .map_err(|e| UnpackError::Corrupt(e.to_string()))?;
+    let decoder: Box<dyn Read> = match Compression::sniff(head) {
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
+        Compression::Zstd => Box::new(ZstdFrames::new(buffered)?),
+        Compression::None => Box::new(buffered),
+    };
+    let algorithm = diff_id.map_or(super::digest::Algorithm::Sha256, |d| d.algorithm());
+    let mut hashing = HashingReader::new(decoder, algorithm);
+    let root = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| UnpackError::Fs {
+        op: "opening",
+        path: dir.display().to_string(),
+        source: e.into(),
+    })?;
+    let mut extractor = Extractor::new(root);
+    {
+        let mut archive = tar::Archive::new(&mut hashing);
+        for entry in archive
+            .entries()
+            .map_err(|e| UnpackError::Corrupt(e.to_string()))?
+        {
+            extractor.entry(entry.map_err(|e| UnpackError::Corrupt(e.to_string()))?)?;
+        }
+    }
+    let (actual, _) = hashing
+        .finish()
+        .map_err(|e| UnpackError::Corrupt(e.to_string()))?;
+    if let Some(expected) = diff_id {
+        if &actual != expected {
+            return Err(UnpackError::DiffId {
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    extractor.finish()
+}
+
+/// A zstd stream may hold several frames back to back; each is decoded in turn.
+struct ZstdFrames<R: BufRead> {
+    decoder: Option<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>,
+}
+
+impl<R: BufRead> ZstdFrames<R> {
+    fn new(r: R) -> Result<Self, UnpackError> {
+        let d = ruzstd::decoding::StreamingDecoder::new(r)
+            .map_err(|e| UnpackError::Corrupt(format!("zstd: {e}")))?;
+        Ok(ZstdFrames { decoder: Some(d) })
+    }
+}
+
+impl<R: BufRead> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let Some(d) = self.decoder.as_mut() else {
+                return Ok(0);
+            };
+            let n = d.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            let mut inner = self.decoder.take().expect("decoder present").into_inner();
+            if inner.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            let next = ruzstd::decoding::StreamingDecoder::new(inner)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("zstd: {e}")))?;
+            self.decoder = Some(next);
+        }
+    }
+}
+
+/// Bytes (allocated blocks) and inodes under `dir`, counting hard-linked inodes once.
+pub fn usage(dir: &Path) -> io::Result<(u64, u64)> {
+    let mut seen = std::collections::HashSet::new();
+    let (mut bytes, mut inodes) = (0u64, 0u64);
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let m = fs::symlink_metadata(&d)?;
+        bytes += m.blocks() * 512;
+        inodes += 1;
+        for e in fs::read_dir(&d)? {
+            let e = e?;
+            let m = e.metadata()?;
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.nlink() <= 1 || seen.insert((m.dev(), m.ino())) {
+                bytes += m.blocks() * 512;
+                inodes += 1;
+            }
+        }
+    }
+    Ok((bytes, inodes))
+}
+
+/// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+    use super::*;
+
+    fn header(kind: tar::EntryType, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        h.set_size(size);
+        h.set_mtime(1_700_000_000);
+        h
+    }
+
+    /// A tar of (name, kind, data or link target); names go into the header verbatim.
+    fn tar_of(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in entries {
+            let link = matches!(kind, tar::EntryType::Link | tar::EntryType::Symlink);
+            let mut h = header(*kind, if link { 0 } else { data.len() as u64 });
+            h.as_mut_bytes()[..name.len()].copy_from_slice(name.as_bytes());
+            if link {
+                h.set_link_name_literal(data).unwrap();
+            }
+            if *kind == tar::EntryType::Char {
+                h.set_device_major(1).unwrap();
+                h.set_device_minor(5).unwrap();
+            }
+            h.set_cksum();
+            b.append(&h, if link { &[][..] } else { *data }).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn extract(t: &[u8]) -> (tempfile::TempDir, Result<(), UnpackError>) {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "unpack tests create devices and trusted xattrs: run as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let r = extract_tar(t, dir.path(), Some(&Digest::of(t)));
+        (dir, r)
+    }
+
+    use tar::EntryType as T;
+
+    #[test]
+    fn whiteouts_become_overlayfs_whiteouts() {
+        let t = tar_of(&[
+            ("a/", T::Directory, b""),
+            ("a/.wh..wh..opq", T::Regular, b""),
+            ("a/keep", T::Regular, b"k"),
+            (".wh.gone", T::Regular, b""),
+            ("mine", T::Regular, b"m"),
+            (".wh.mine", T::Regular, b""),
+            ("b/.wh..wh.plnk", T::Regular, b""),
+        ]);
+        let (d, r) = extract(&t);
+        r.unwrap();
+        let p = d.path();
+        let gone = p.join("gone").symlink_metadata().unwrap();
+        assert!(gone.file_type().is_char_device() && gone.rdev() == 0);
+        let mut v = [0u8; 4];
+        let n = rustix::fs::lgetxattr(p.join("a"), "trusted.overlay.opaque", &mut v).unwrap();
+        assert_eq!(&v[..n], b"y");
+        assert_eq!(fs::read(p.join("a/keep")).unwrap(), b"k");
+        assert_eq!(
+            fs::read(p.join("mine")).unwrap(),
+            b"m",
+            "a whiteout never hides its own layer's file"
+        );
+        assert!(!p.join("b/.wh..wh.plnk").exists());
+    }
+
+    #[test]
+    fn traversal_and_outside_links_are_refused() {
+        for bad in [
+            &[("../x", T::Regular, &b"x"[..])][..],
+            &[("a/../../x", T::Regular, b"x")],
+        ] {
+            let (_d, r) = extract(&tar_of(bad));
+            assert!(matches!(r, Err(UnpackError::Traversal { .. })), "{r:?}");
+        }
+        let (_d, r) = extract(&tar_of(&[("l", T::Link, b"../../etc/passwd")]));
+        assert!(matches!(r, Err(UnpackError::BadLink { .. })), "{r:?}");
+        let (_d, r) = extract(&tar_of(&[("l", T::Link, b"missing")]));
+        assert!(matches!(r, Err(UnpackError::BadLink { .. })), "{r:?}");
+        // Absolute names and symlinked parents stay inside.
+        let (d, r) = extract(&tar_of(&[
+            ("/abs", T::Regular, b"a"),
+            ("up", T::Symlink, b"../../../.."),
+            ("up/etc-file", T::Regular, b"inside"),
+            ("out", T::Symlink, b"/"),
+            ("out/x", T::Regular, b"x"),
+        ]));
+        r.unwrap();
+        assert_eq!(fs::read(d.path().join("abs")).unwrap(), b"a");
+        assert_eq!(fs::read(d.path().join("etc-file")).unwrap(), b"inside");
+        assert_eq!(fs::read(d.path().join("x")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn hardlinks_devices_and_replacements() {
+        let (d, r) = extract(&tar_of(&[
+            ("f", T::Regular, b"one"),
+            ("h", T::Link, b"f"),
+            ("c", T::Char, b""),
+            ("p", T::Fifo, b""),
+            ("s", T::Symlink, b"f"),
+            ("s", T::Regular, b"replaced symlink"),
+            ("dir/", T::Directory, b""),
+            ("dir/inner", T::Regular, b"i"),
+            ("dir", T::Regular, b"replaced dir"),
+        ]));
+        r.unwrap();
+        let p = d.path();
+        assert_eq!(
+            p.join("f").metadata().unwrap().ino(),
+            p.join("h").metadata().unwrap().ino()
+        );
+        let c = p.join("c").symlink_metadata().unwrap();
+        assert!(c.file_type().is_char_device());
+        assert_eq!(c.rdev(), rustix::fs::makedev(1, 5));
+        assert!(
+            p.join("p")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        assert_eq!(fs::read(p.join("s")).unwrap(), b"replaced symlink");
+        assert_eq!(fs::read(p.join("dir")).unwrap(), b"replaced dir");
+    }
+
+    #[test]
+    fn diff_id_mismatch_leaves_no_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StorePaths::new(dir.path());
+        paths.create_dirs().unwrap();
+        let t = tar_of(&[("f", T::Regular, b"x")]);
+        let blob = dir.path().join("blob");
+        fs::write(&blob, &t).unwrap();
+        let wrong = Digest::of(b"something else");
+        let chain = Digest::of(b"chain");
+        let r = unpack(&paths, &blob, &wrong, &chain);
+        assert!(matches!(r, Err(UnpackError::DiffId { .. })), "{r:?}");
+        assert_eq!(
+            fs::read_dir(paths.layers_dir()).unwrap().count(),
+            0,
+            "nothing left in layers/"
+        );
+        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain).unwrap();
+        assert!(meta.inodes >= 2 && paths.layer_fs(&chain).join("f").is_file());
+        let mut z = Vec::new();
+        ruzstd::encoding::compress(&t[..], &mut z, ruzstd::encoding::CompressionLevel::Fastest);
+        let zdir = tempfile::tempdir().unwrap();
+        extract_tar(&z[..], zdir.path(), Some(&Digest::of(&t))).unwrap();
+        assert_eq!(fs::read(zdir.path().join("f")).unwrap(), b"x");
+        assert!(matches!(
+            extract_tar(&b"\x1f\x8bnot gzip at all"[..], zdir.path(), None),
+            Err(UnpackError::Corrupt(_))
+        ));
+    }
+}

@@ -1,0 +1,131 @@
+//! Starts the real crust daemon on temporary directories for image tests, and connects the
+//! generated CRI ImageService client to its unix socket.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crust::cri::pb::image_service_client::ImageServiceClient;
+use tonic::transport::Channel;
+
+pub struct Crust {
+    pub dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Drop for Crust {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The daemon makes its namespace directory a mount of its own; undo it so the
+        // temporary directory can be deleted.
+        let ns = self.dir.path().join("state/ns");
+        let _ = nix::mount::umount2(&ns, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+impl Crust {
+    /// Starts `crust serve` with `config` (TOML) and waits for its socket.
+    pub fn start(config: &str) -> Crust {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "image integration tests run the daemon and must run as root"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let log = std::fs::File::create(dir.path().join("crust.log")).unwrap();
+        let p = |s: &str| dir.path().join(s);
+        let child = Command::new(env!("CARGO_BIN_EXE_crust"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(p("crust.sock"))
+            .arg("--root")
+            .arg(p("root"))
+            .arg("--state")
+            .arg(p("state"))
+            .arg("--config")
+            .arg(p("config.toml"))
+            .arg("--log-level")
+            .arg("crust=debug,info")
+            .env("RUST_LOG_STYLE", "never")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut c = Crust { dir, child };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::os::unix::net::UnixStream::connect(c.socket()).is_err() {
+            if let Ok(Some(status)) = c.child.try_wait() {
+                panic!("crust exited with {status}: {}", c.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crust did not start: {}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("crust.sock")
+    }
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("crust.log")).unwrap_or_default()
+    }
+
+    pub async fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(connect(&self.socket()).await)
+    }
+
+    /// Runs `crust image <args>` against this daemon's root and config.
+    pub fn image_cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_crust"))
+            .arg("image")
+            .args(args)
+            .arg("--root")
+            .arg(self.root())
+            .arg("--state")
+            .arg(self.dir.path().join("state"))
+            .arg("--config")
+            .arg(self.config_path())
+            .output()
+            .unwrap()
+    }
+}
+
+pub async fn connect(socket: &Path) -> Channel {
+    let socket = socket.to_owned();
+    tonic::transport::Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let s = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(s).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+/// The config that sends pulls of `host` to the test registry at `addr` over plain http.
+pub fn mirror_config(host: &str, addr: &str, extra: &str) -> String {
+    format!("[registry.mirrors.\"{host}\"]\nendpoints = [\"http://{addr}\"]\n{extra}")
+}

@@ -1,0 +1,500 @@
+//! A real registry for tests: Debian's `docker-registry` (CNCF distribution 2.8) on a free
+//! loopback port with a temporary storage directory, optionally behind htpasswd basic auth or
+//! bearer-token auth (with the tiny token server below), and pushing through its HTTP API.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::oci_build::{Blob, Image};
+
+/// reqwest with rustls needs a process-wide crypto provider (crust uses ring).
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Fails the test loudly when a tool the test needs is missing (never a silent skip).
+pub fn require(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "SKIPPED is not a pass: {tool} not found; install Debian's {package} (hack/install-deps.sh test)"
+    );
+}
+
+pub enum Auth {
+    None,
+    Basic { user: String, password: String },
+    Token { user: String, password: String },
+}
+
+pub struct Registry {
+    pub addr: String,
+    pub dir: tempfile::TempDir,
+    child: Child,
+    token: Option<TokenServer>,
+    /// Credentials pushes use.
+    push_auth: Option<(String, String)>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    pub fn start(auth: Auth) -> Registry {
+        require("docker-registry", "docker-registry");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut token = None;
+        let mut push_auth = None;
+        let auth_yaml = match &auth {
+            Auth::None => String::new(),
+            Auth::Basic { user, password } => {
+                require("htpasswd", "apache2-utils");
+                let out = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "htpasswd failed");
+                std::fs::write(dir.path().join("htpasswd"), out.stdout).unwrap();
+                push_auth = Some((user.clone(), password.clone()));
+                format!(
+                    "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                    dir.path().join("htpasswd").display()
+                )
+            }
+            Auth::Token { user, password } => {
+                let t = TokenServer::start(dir.path(), user, password);
+                let yaml = format!(
+                    "auth:\n  token:\n    realm: http://{}/token\n    service: crust-test\n    issuer: crust-test-issuer\n    rootcertbundle: {}\n",
+                    t.addr,
+                    t.cert_pem.display()
+                );
+                push_auth = Some((user.clone(), password.clone()));
+                token = Some(t);
+                yaml
+            }
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n{auth_yaml}",
+            dir.path().join("data").display()
+        );
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let reg = Registry {
+            addr,
+            dir,
+            child,
+            token,
+            push_auth,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&reg.addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "registry did not start; see {}",
+                reg.dir.path().join("registry.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reg
+    }
+
+    /// The file the registry stores a blob in (to corrupt it behind the registry's back).
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = &digest[7..];
+        self.dir.path().join(format!(
+            "data/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+            &hex[..2]
+        ))
+    }
+
+    async fn client_token(&self, repo: &str) -> Option<String> {
+        let t = self.token.as_ref()?;
+        let (u, p) = self.push_auth.as_ref()?;
+        Some(t.issue(u, p, repo, &["pull", "push"]).expect("token"))
+    }
+
+    fn authed(
+        &self,
+        rb: reqwest::RequestBuilder,
+        token: &Option<String>,
+    ) -> reqwest::RequestBuilder {
+        match (token, &self.push_auth) {
+            (Some(t), _) => rb.bearer_auth(t),
+            (None, Some((u, p))) => rb.basic_auth(u, Some(p)),
+            (None, None) => rb,
+        }
+    }
+
+    pub async fn push_blob(&self, repo: &str, blob: &Blob) {
+        let c = http();
+        let token = self.client_token(repo).await;
+        let r = self
+            .authed(
+                c.post(format!("http://{}/v2/{repo}/blobs/uploads/", self.addr)),
+                &token,
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "starting upload: {}", r.status());
+        let loc = r.headers()["location"].to_str().unwrap().to_owned();
+        let loc = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("http://{}{loc}", self.addr)
+        };
+        let sep = if loc.contains('?') { '&' } else { '?' };
+        let r = self
+            .authed(c.put(format!("{loc}{sep}digest={}", blob.digest())), &token)
+            .header("content-type", "application/octet-stream")
+            .body(blob.bytes.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "uploading {}: {}",
+            blob.digest(),
+            r.status()
+        );
+    }
+
+    pub async fn push_manifest(&self, repo: &str, reference: &str, m: &Blob) {
+        let c = http();
+        let token = self.client_token(repo).await;
+        let r = self
+            .authed(
+                c.put(format!(
+                    "http://{}/v2/{repo}/manifests/{reference}",
+                    self.addr
+                )),
+                &token,
+            )
+            .header("content-type", &m.media_type)
+            .body(m.bytes.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "pushing manifest {repo}:{reference}: {} {}",
+            r.status(),
+            r.text().await.unwrap_or_default()
+        );
+    }
+
+    /// Pushes an image's blobs and manifest and tags it.
+    pub async fn push(&self, repo: &str, tag: &str, img: &Image) {
+        self.push_blob(repo, &img.config).await;
+        for l in &img.layers {
+            self.push_blob(repo, l).await;
+        }
+        self.push_manifest(repo, tag, &img.manifest).await;
+    }
+
+    /// Pushes the images, then `index` over them under `tag`.
+    pub async fn push_index(&self, repo: &str, tag: &str, index: &Blob, images: &[&Image]) {
+        for img in images {
+            self.push(repo, &img.manifest.digest(), img).await;
+        }
+        self.push_manifest(repo, tag, index).await;
+    }
+
+    /// Issues a pull token directly (what a kubelet credential provider would hand over).
+    pub fn token_for(&self, repo: &str) -> String {
+        let t = self.token.as_ref().expect("token registry");
+        let (u, p) = self.push_auth.as_ref().unwrap();
+        t.issue(u, p, repo, &["pull"]).unwrap()
+    }
+
+    /// A refresh token the token server accepts for the identity-token flow.
+    pub fn identity_token(&self) -> String {
+        self.token
+            .as_ref()
+            .expect("token registry")
+            .refresh_token
+            .clone()
+    }
+}
+
+/// A minimal bearer-token server for distribution's token auth: GET /token with basic auth
+/// issues an ES256 JWT (signed with a throwaway key whose self-signed certificate the registry
+/// trusts); POST /token with `grant_type=refresh_token` does the same for the identity token.
+pub struct TokenServer {
+    pub addr: String,
+    pub cert_pem: PathBuf,
+    key: std::sync::Arc<ring::signature::EcdsaKeyPair>,
+    cert_der: Vec<u8>,
+    user: String,
+    password: String,
+    pub refresh_token: String,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl TokenServer {
+    fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
+        require("openssl", "openssl");
+        let run = |args: &[&str]| {
+            let s = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap();
+            assert!(
+                s.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&s.stderr)
+            );
+        };
+        run(&[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            "key.pem",
+        ]);
+        run(&[
+            "pkcs8", "-topk8", "-nocrypt", "-in", "key.pem", "-outform", "DER", "-out", "key.der",
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=crust-test-token",
+        ]);
+        run(&[
+            "x509", "-in", "cert.pem", "-outform", "DER", "-out", "cert.der",
+        ]);
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &std::fs::read(dir.join("key.der")).unwrap(),
+            &rng,
+        )
+        .expect("P-256 key");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut server = TokenServer {
+            addr,
+            cert_pem: dir.join("cert.pem"),
+            key: std::sync::Arc::new(key),
+            cert_der: std::fs::read(dir.join("cert.der")).unwrap(),
+            user: user.into(),
+            password: password.into(),
+            refresh_token: "refresh-crust-test-0123456789".into(),
+            _thread: std::thread::spawn(|| {}),
+        };
+        let issuer = server.clone_issuer();
+        server._thread = std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let issuer = issuer.clone();
+                std::thread::spawn(move || issuer.serve(stream));
+            }
+        });
+        server
+    }
+
+    fn clone_issuer(&self) -> Issuer {
+        Issuer {
+            key: self.key.clone(),
+            cert_der: self.cert_der.clone(),
+            user: self.user.clone(),
+            password: self.password.clone(),
+            refresh_token: self.refresh_token.clone(),
+        }
+    }
+
+    fn issue(&self, user: &str, password: &str, repo: &str, actions: &[&str]) -> Option<String> {
+        let i = self.clone_issuer();
+        (user == i.user && password == i.password).then(|| i.jwt(user, repo, actions))
+    }
+}
+
+#[derive(Clone)]
+struct Issuer {
+    key: std::sync::Arc<ring::signature::EcdsaKeyPair>,
+    cert_der: Vec<u8>,
+    user: String,
+    password: String,
+    refresh_token: String,
+}
+
+impl Issuer {
+    fn jwt(&self, sub: &str, repo: &str, actions: &[&str]) -> String {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let std64 = base64::engine::general_purpose::STANDARD;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let header = serde_json::json!({"typ": "JWT", "alg": "ES256", "x5c": [std64.encode(&self.cert_der)]});
+        let claims = serde_json::json!({
+            "iss": "crust-test-issuer", "sub": sub, "aud": "crust-test",
+            "exp": now + 600, "nbf": now - 60, "iat": now - 60, "jti": format!("{now}-{repo}"),
+            "access": [{"type": "repository", "name": repo, "actions": actions}],
+        });
+        let signing_input = format!(
+            "{}.{}",
+            b64.encode(header.to_string()),
+            b64.encode(claims.to_string())
+        );
+        let sig = self
+            .key
+            .sign(&ring::rand::SystemRandom::new(), signing_input.as_bytes())
+            .unwrap();
+        format!("{signing_input}.{}", b64.encode(sig.as_ref()))
+    }
+
+    /// One HTTP/1.1 request per connection.
+    fn serve(&self, mut s: std::net::TcpStream) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut line = String::new();
+        if r.read_line(&mut line).is_err() {
+            return;
+        }
+        let (method, target) = {
+            let mut p = line.split_whitespace();
+            (
+                p.next().unwrap_or("").to_owned(),
+                p.next().unwrap_or("").to_owned(),
+            )
+        };
+        let (mut auth, mut len) = (String::new(), 0usize);
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').unwrap_or(("", ""));
+            match k.trim().to_ascii_lowercase().as_str() {
+                "authorization" => auth = v.trim().to_owned(),
+                "content-length" => len = v.trim().parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        let mut body = vec![0u8; len];
+        let _ = r.read_exact(&mut body);
+        let query = if method == "GET" {
+            target.split_once('?').map(|x| x.1).unwrap_or("").to_owned()
+        } else {
+            String::from_utf8_lossy(&body).into_owned()
+        };
+        let params: Vec<(String, String)> = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), urldecode(v)))
+            .collect();
+        let get = |k: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let scope = get("scope");
+        let repo = scope.split(':').nth(1).unwrap_or("").to_owned();
+        let actions: Vec<&str> = scope
+            .split(':')
+            .nth(2)
+            .unwrap_or("pull")
+            .split(',')
+            .collect();
+        let ok = if method == "POST" {
+            get("grant_type") == "refresh_token" && get("refresh_token") == self.refresh_token
+        } else {
+            use base64::Engine;
+            let expected = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.user, self.password));
+            auth == format!("Basic {expected}")
+        };
+        let (status, body) = if ok {
+            let t = self.jwt(&self.user, &repo, &actions);
+            (
+                "200 OK",
+                serde_json::json!({"token": t, "access_token": t, "expires_in": 600}).to_string(),
+            )
+        } else {
+            (
+                "401 Unauthorized",
+                r#"{"details":"invalid credentials"}"#.to_owned(),
+            )
+        };
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
+
+fn urldecode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A TCP server that accepts connections and never answers: a registry that stalls.
+pub fn stalling_server() -> (String, std::thread::JoinHandle<()>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let h = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s); // keep it open, say nothing
+            if held.len() > 64 {
+                break;
+            }
+        }
+    });
+    (addr, h)
+}

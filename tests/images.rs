@@ -1,0 +1,824 @@
+//! Image service integration tests: the real daemon over its socket, a real registry
+//! (Debian's docker-registry) fed with images these tests build, the generated CRI client.
+//! Run as root (`make test`); a missing tool fails the test with the package to install.
+
+#[path = "common/crust_daemon.rs"]
+mod crust_daemon;
+#[path = "common/oci_build.rs"]
+mod oci_build;
+#[path = "common/registry.rs"]
+mod registry;
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crust::cri::pb;
+use crust_daemon::{Crust, mirror_config};
+use oci_build::{Comp, Node, busybox_layer, dir, file, image, index};
+use registry::{Auth, Registry, stalling_server};
+use serde_json::json;
+use tonic::Code;
+
+fn spec(image: &str) -> Option<pb::ImageSpec> {
+    Some(pb::ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    })
+}
+
+async fn pull(
+    c: &Crust,
+    image: &str,
+    auth: Option<pb::AuthConfig>,
+) -> Result<String, tonic::Status> {
+    let r = c
+        .images()
+        .await
+        .pull_image(pb::PullImageRequest {
+            image: spec(image),
+            auth,
+            sandbox_config: None,
+        })
+        .await?;
+    Ok(r.into_inner().image_ref)
+}
+
+async fn status(c: &Crust, image: &str, verbose: bool) -> pb::ImageStatusResponse {
+    c.images()
+        .await
+        .image_status(pb::ImageStatusRequest {
+            image: spec(image),
+            verbose,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn list(c: &Crust) -> Vec<pb::Image> {
+    c.images()
+        .await
+        .list_images(pb::ListImagesRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .images
+}
+
+async fn remove(c: &Crust, image: &str) {
+    c.images()
+        .await
+        .remove_image(pb::RemoveImageRequest { image: spec(image) })
+        .await
+        .unwrap();
+}
+
+/// The lowerdirs of a stored image, topmost first, from ImageStatus's verbose info.
+async fn lowerdirs(c: &Crust, image: &str) -> Vec<PathBuf> {
+    let s = status(c, image, true).await;
+    let info: serde_json::Value = serde_json::from_str(&s.info["info"]).unwrap();
+    info["lowerdirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| PathBuf::from(v.as_str().unwrap()))
+        .collect()
+}
+
+/// No download or unpack left anything half-done behind.
+fn assert_store_clean(c: &Crust) {
+    let ingest: Vec<_> = std::fs::read_dir(c.root().join("images/ingest"))
+        .unwrap()
+        .collect();
+    assert!(ingest.is_empty(), "partial downloads left: {ingest:?}");
+    for e in std::fs::read_dir(c.root().join("images/layers")).unwrap() {
+        let n = e.unwrap().file_name();
+        assert!(
+            !n.to_string_lossy().starts_with('.'),
+            "partial layer left: {n:?}"
+        );
+    }
+}
+
+fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    let n = rustix::fs::lgetxattr(p, name, &mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// Three layers (gzip, zstd, none) exercising every entry kind and both whiteout forms.
+fn rich_layers() -> Vec<(Vec<u8>, Comp)> {
+    let mut l1 = busybox_layer();
+    l1.extend([
+        dir("data"),
+        file("data/a", b"alpha"),
+        file("data/b", b"bravo"),
+        Node::Hardlink {
+            path: "data/a-link".into(),
+            target: "data/a".into(),
+        },
+        dir("opq"),
+        file("opq/old", b"old"),
+        file("gone", b"to be deleted"),
+        Node::File {
+            path: "bin/setuid".into(),
+            data: b"#!/bin/sh\n".to_vec(),
+            mode: 0o4755,
+            uid: 0,
+            gid: 0,
+            xattrs: vec![],
+        },
+        Node::Dir {
+            path: "home".into(),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+        },
+        Node::Dir {
+            path: "home/user".into(),
+            mode: 0o750,
+            uid: 1000,
+            gid: 1000,
+        },
+        Node::File {
+            path: "home/user/f".into(),
+            data: b"mine".to_vec(),
+            mode: 0o640,
+            uid: 1000,
+            gid: 1001,
+            xattrs: vec![],
+        },
+        Node::File {
+            path: "x".into(),
+            data: b"x".to_vec(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            xattrs: vec![
+                ("user.crust".into(), b"hello".to_vec()),
+                ("trusted.overlay.opaque".into(), b"y".to_vec()),
+            ],
+        },
+    ]);
+    let l2 = vec![
+        file(".wh.gone", b""),
+        dir("opq"),
+        file("opq/.wh..wh..opq", b""),
+        file("opq/new", b"new"),
+        dir("dev"),
+        Node::Char {
+            path: "dev/null".into(),
+            major: 1,
+            minor: 3,
+        },
+        Node::Fifo {
+            path: "dev/fifo".into(),
+        },
+        Node::Symlink {
+            path: "abs".into(),
+            target: "/etc/passwd".into(),
+        },
+        dir("data2"),
+        Node::Symlink {
+            path: "sl".into(),
+            target: "/data2".into(),
+        },
+        file("sl/through", b"via symlinked parent"),
+        Node::Symlink {
+            path: "esc".into(),
+            target: "../../../../../tmp/crust-escape".into(),
+        },
+        file("esc/evil", b"must stay inside"),
+    ];
+    let l3 = vec![
+        dir("data"),
+        file("data/b", b"bravo v2"),
+        Node::Dir {
+            path: "newdir".into(),
+            mode: 0o700,
+            uid: 7,
+            gid: 8,
+        },
+    ];
+    vec![
+        (oci_build::tar(&l1), Comp::Gzip),
+        (oci_build::tar(&l2), Comp::Zstd),
+        (oci_build::tar(&l3), Comp::None),
+    ]
+}
+
+fn check_rich_tree(lower: &[PathBuf]) {
+    assert_eq!(lower.len(), 3);
+    let (l3, l2, l1) = (&lower[0], &lower[1], &lower[2]);
+    // Layer 1: contents, hard links, modes, owners, xattrs.
+    assert_eq!(
+        std::fs::read(l1.join("bin/busybox")).unwrap(),
+        std::fs::read("/bin/busybox").unwrap()
+    );
+    assert_eq!(
+        std::fs::read_link(l1.join("bin/sh")).unwrap(),
+        PathBuf::from("busybox")
+    );
+    let (a, link) = (
+        l1.join("data/a").metadata().unwrap(),
+        l1.join("data/a-link").metadata().unwrap(),
+    );
+    assert_eq!(
+        (a.ino(), a.nlink()),
+        (link.ino(), 2),
+        "hard link shares the inode"
+    );
+    assert_eq!(std::fs::read(l1.join("data/a-link")).unwrap(), b"alpha");
+    assert_eq!(
+        l1.join("bin/setuid").metadata().unwrap().mode() & 0o7777,
+        0o4755,
+        "setuid kept"
+    );
+    let f = l1.join("home/user/f").metadata().unwrap();
+    assert_eq!((f.uid(), f.gid(), f.mode() & 0o7777), (1000, 1001, 0o640));
+    let h = l1.join("home/user").metadata().unwrap();
+    assert_eq!((h.uid(), h.mode() & 0o7777), (1000, 0o750));
+    assert_eq!(f.mtime(), oci_build::MTIME as i64, "mtimes kept");
+    assert_eq!(h.mtime(), oci_build::MTIME as i64, "directory mtimes kept");
+    assert_eq!(
+        xattr(&l1.join("x"), "user.crust").as_deref(),
+        Some(&b"hello"[..])
+    );
+    assert_eq!(
+        xattr(&l1.join("x"), "trusted.overlay.opaque"),
+        None,
+        "overlay xattrs from a tar are dropped"
+    );
+    // Layer 2: whiteouts in overlayfs form, devices, symlinks contained.
+    let gone = l2.join("gone").symlink_metadata().unwrap();
+    assert!(
+        gone.file_type().is_char_device() && gone.rdev() == 0,
+        "whiteout is a 0:0 char device"
+    );
+    assert_eq!(
+        xattr(&l2.join("opq"), "trusted.overlay.opaque").as_deref(),
+        Some(&b"y"[..])
+    );
+    assert!(!l2.join("opq/.wh..wh..opq").exists());
+    assert_eq!(std::fs::read(l2.join("opq/new")).unwrap(), b"new");
+    let null = l2.join("dev/null").symlink_metadata().unwrap();
+    assert!(null.file_type().is_char_device());
+    assert_eq!(null.rdev(), rustix::fs::makedev(1, 3));
+    assert!(
+        l2.join("dev/fifo")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert_eq!(
+        std::fs::read_link(l2.join("abs")).unwrap(),
+        PathBuf::from("/etc/passwd")
+    );
+    assert_eq!(
+        std::fs::read(l2.join("data2/through")).unwrap(),
+        b"via symlinked parent"
+    );
+    assert_eq!(
+        std::fs::read(l2.join("tmp/crust-escape/evil")).unwrap(),
+        b"must stay inside"
+    );
+    assert!(
+        !Path::new("/tmp/crust-escape").exists(),
+        "an entry escaped its layer"
+    );
+    // Layer 3: a replaced file and a new directory.
+    assert_eq!(std::fs::read(l3.join("data/b")).unwrap(), b"bravo v2");
+    let nd = l3.join("newdir").metadata().unwrap();
+    assert_eq!((nd.uid(), nd.gid(), nd.mode() & 0o7777), (7, 8, 0o700));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_list_status_and_remove_a_multi_layer_image() {
+    let reg = Registry::start(Auth::None);
+    let img = image(
+        &rich_layers(),
+        json!({"User": "1000:1000", "Cmd": ["sh"], "StopSignal": "SIGQUIT"}),
+        "amd64",
+    );
+    reg.push("app/rich", "v1", &img).await;
+    let c = Crust::start(&mirror_config("registry.test", &reg.addr, ""));
+    let r = "registry.test/app/rich:v1";
+
+    let id = pull(&c, r, None).await.unwrap();
+    assert_eq!(id, img.id(), "PullImage returns the config digest");
+    let listed = list(&c).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, id);
+    assert_eq!(listed[0].repo_tags, [r]);
+    assert_eq!(
+        listed[0].repo_digests,
+        [format!("registry.test/app/rich@{}", img.manifest.digest())]
+    );
+    assert!(listed[0].size > 0);
+    let s = status(&c, r, false).await;
+    let i = s.image.unwrap();
+    assert_eq!(i.id, id);
+    assert_eq!(i.uid, Some(pb::Int64Value { value: 1000 }));
+    assert!(s.info.is_empty(), "info only when verbose");
+    check_rich_tree(&lowerdirs(&c, r).await);
+    for name in [
+        &id[7..],
+        &id[7..19],
+        id.as_str(),
+        &listed[0].repo_digests[0],
+    ] {
+        assert_eq!(
+            status(&c, name, false).await.image.unwrap().id,
+            id,
+            "found by {name}"
+        );
+    }
+    assert!(
+        status(&c, "registry.test/app/rich:nope", false)
+            .await
+            .image
+            .is_none(),
+        "unknown image: empty, no error"
+    );
+    // A second pull reuses everything and answers the same id.
+    assert_eq!(pull(&c, r, None).await.unwrap(), id);
+
+    let fs = c
+        .images()
+        .await
+        .image_fs_info(pb::ImageFsInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let used = fs.image_filesystems[0].used_bytes.as_ref().unwrap().value;
+    assert!(
+        used > std::fs::metadata("/bin/busybox").unwrap().len(),
+        "image fs counts unpacked layers: {used}"
+    );
+    assert!(fs.image_filesystems[0].inodes_used.as_ref().unwrap().value > 20);
+    assert!(
+        fs.container_filesystems[0]
+            .fs_id
+            .as_ref()
+            .unwrap()
+            .mountpoint
+            .ends_with("/containers")
+    );
+
+    remove(&c, &listed[0].repo_digests[0]).await;
+    assert!(list(&c).await.is_empty());
+    remove(&c, r).await; // idempotent
+    assert_eq!(
+        std::fs::read_dir(c.root().join("images/layers"))
+            .unwrap()
+            .count(),
+        0,
+        "layers removed"
+    );
+    assert_eq!(
+        std::fs::read_dir(c.root().join("images/blobs/sha256"))
+            .unwrap()
+            .count(),
+        0,
+        "blobs removed"
+    );
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_short_names_tags_and_shared_layers() {
+    let reg = Registry::start(Auth::None);
+    let base = oci_build::tar(&busybox_layer());
+    let amd = image(
+        &[
+            (base.clone(), Comp::Gzip),
+            (oci_build::tar(&[file("arch", b"amd64")]), Comp::Gzip),
+        ],
+        json!({"User": "www-data"}),
+        "amd64",
+    );
+    let arm = image(
+        &[(oci_build::tar(&[file("arch", b"arm64")]), Comp::Gzip)],
+        json!({}),
+        "arm64",
+    );
+    let idx = index(&[(&arm, "arm64"), (&amd, "amd64")]);
+    reg.push_index("library/busybox", "latest", &idx, &[&arm, &amd])
+        .await;
+    let other = oci_build::docker(&image(
+        &[
+            (base, Comp::Gzip),
+            (oci_build::tar(&[file("other", b"1")]), Comp::Gzip),
+        ],
+        json!({}),
+        "amd64",
+    ));
+    reg.push("library/busybox", "other", &other).await;
+    // The first mirror is down (nothing listens there): the second one serves.
+    let dead = registry::free_port();
+    let c = Crust::start(&format!(
+        "[registry.mirrors.\"docker.io\"]\nendpoints = [\"http://127.0.0.1:{dead}\", \"http://{}\"]\n",
+        reg.addr
+    ));
+
+    // busybox -> docker.io/library/busybox:latest, through the mirror, this machine's platform.
+    let id = pull(&c, "busybox", None).await.unwrap();
+    assert_eq!(id, amd.id());
+    let s = status(&c, "docker.io/library/busybox:latest", false)
+        .await
+        .image
+        .unwrap();
+    assert_eq!(s.username, "www-data");
+    assert_eq!(
+        s.repo_digests,
+        [format!("docker.io/library/busybox@{}", idx.digest())],
+        "repo digest is the index's"
+    );
+    // Pull by digest (of the index) and by a second tag (Docker schema 2) sharing the base.
+    assert_eq!(
+        pull(&c, &format!("busybox@{}", idx.digest()), None)
+            .await
+            .unwrap(),
+        id
+    );
+    let other_id = pull(&c, "busybox:other", None).await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(c.root().join("images/layers"))
+            .unwrap()
+            .count(),
+        3,
+        "shared base unpacked once"
+    );
+    // Moving a tag untags the old image, which stays listed by id.
+    reg.push("library/busybox", "latest", &other).await;
+    assert_eq!(pull(&c, "busybox", None).await.unwrap(), other_id);
+    let old = status(&c, &id, false).await.image.unwrap();
+    assert!(
+        old.repo_tags.is_empty(),
+        "old image lost the moved tag: {:?}",
+        old.repo_tags
+    );
+    let filtered = c
+        .images()
+        .await
+        .list_images(pb::ListImagesRequest {
+            filter: Some(pb::ImageFilter {
+                image: spec("busybox:other"),
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .images;
+    assert_eq!(filtered.len(), 1);
+    assert_eq!(filtered[0].id, other_id);
+    // Removing one image keeps the layer the other still uses.
+    remove(&c, &id).await;
+    assert_eq!(
+        std::fs::read_dir(c.root().join("images/layers"))
+            .unwrap()
+            .count(),
+        2
+    );
+    assert_eq!(list(&c).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
+    let reg = Registry::start(Auth::None);
+    let good = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("good", "1", &good).await;
+    let traversal = image(
+        &[(
+            oci_build::tar(&[Node::RawFile {
+                name: b"../../evil".to_vec(),
+                data: b"x".to_vec(),
+            }]),
+            Comp::Gzip,
+        )],
+        json!({}),
+        "amd64",
+    );
+    reg.push("traversal", "1", &traversal).await;
+    let badlink = image(
+        &[(
+            oci_build::tar(&[Node::Hardlink {
+                path: "l".into(),
+                target: "../../../etc/shadow".into(),
+            }]),
+            Comp::None,
+        )],
+        json!({}),
+        "amd64",
+    );
+    reg.push("badlink", "1", &badlink).await;
+    let corrupt = image(
+        &[(
+            oci_build::tar(&[file("f", b"original content")]),
+            Comp::Gzip,
+        )],
+        json!({}),
+        "amd64",
+    );
+    reg.push("corrupt", "1", &corrupt).await;
+    // Change the stored layer behind the registry's back: same length, different bytes.
+    let f = reg.blob_file(&corrupt.layers[0].digest());
+    let mut bytes = std::fs::read(&f).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&f, bytes).unwrap();
+    let c = Crust::start(&mirror_config("registry.test", &reg.addr, ""));
+
+    for bad in [
+        "",
+        "Registry.Test/UPPER",
+        "registry.test/a//b",
+        "registry.test/x:bad tag",
+        "x@sha256:123",
+    ] {
+        let e = pull(&c, bad, None).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e}");
+    }
+    let e = pull(&c, "registry.test/good:nope", None).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    assert!(e.message().contains("good:nope"), "{e}");
+    let e = pull(&c, "registry.test/nothere:1", None).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    let e = pull(&c, "registry.test/corrupt:1", None).await.unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert!(
+        e.message().contains(&corrupt.layers[0].digest()),
+        "names the blob: {e}"
+    );
+    let e = pull(&c, "registry.test/traversal:1", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert!(e.message().contains("escapes"), "{e}");
+    let e = pull(&c, "registry.test/badlink:1", None).await.unwrap_err();
+    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert!(!c.root().join("evil").exists() && !c.root().join("images/evil").exists());
+    assert_store_clean(&c);
+    assert!(list(&c).await.is_empty(), "failed pulls store no image");
+    assert_eq!(
+        pull(&c, "registry.test/good:1", None).await.unwrap(),
+        good.id()
+    );
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_registry_aborts_the_pull() {
+    let (addr, _server) = stalling_server();
+    let c = Crust::start(&mirror_config(
+        &addr,
+        &addr,
+        "[image]\npull_progress_timeout_secs = 2\n",
+    ));
+    let t = std::time::Instant::now();
+    let e = pull(&c, &format!("{addr}/x:1"), None).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(e.message().contains("no progress"), "{e}");
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pulls_share_one_download() {
+    let reg = Registry::start(Auth::None);
+    let big: Vec<u8> = (0..8_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let img = image(
+        &[(oci_build::tar(&[file("big", &big)]), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("big", "1", &img).await;
+    reg.push("big", "2", &img).await;
+    let c = Crust::start(&mirror_config("registry.test", &reg.addr, ""));
+    let (a, b, d) = tokio::join!(
+        pull(&c, "registry.test/big:1", None),
+        pull(&c, "registry.test/big:2", None),
+        pull(&c, "registry.test/big:1", None)
+    );
+    assert_eq!(a.unwrap(), img.id());
+    assert_eq!(b.unwrap(), img.id());
+    assert_eq!(d.unwrap(), img.id());
+    let tags = status(&c, &img.id(), false).await.image.unwrap().repo_tags;
+    assert_eq!(tags, ["registry.test/big:1", "registry.test/big:2"]);
+    // The registry's access log shows every blob GET.
+    let layer = &img.layers[0].digest();
+    let reg_log = std::fs::read_to_string(reg.dir.path().join("registry.log")).unwrap_or_default();
+    let served = reg_log
+        .matches(&format!("GET /v2/big/blobs/{layer}"))
+        .count();
+    assert_eq!(
+        served, 1,
+        "layer downloaded {served} times; registry log:\n{reg_log}"
+    );
+    assert_store_clean(&c);
+}
+
+fn basic(user: &str, password: &str) -> Option<pb::AuthConfig> {
+    Some(pb::AuthConfig {
+        username: user.into(),
+        password: password.into(),
+        ..Default::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_registry() {
+    let reg = Registry::start(Auth::Basic {
+        user: "alice".into(),
+        password: "s3cret".into(),
+    });
+    let img = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("private/app", "1", &img).await;
+    let host = reg.addr.clone();
+    let c = Crust::start(&mirror_config(&host, &reg.addr, ""));
+    let r = format!("{host}/private/app:1");
+    let e = pull(&c, &r, None).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("requires authentication"), "{e}");
+    let e = pull(&c, &r, basic("alice", "wrong")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert!(e.message().contains("rejected the credentials"), "{e}");
+    assert!(
+        !c.log().contains("s3cret") && !c.log().contains("wrong"),
+        "credentials never logged"
+    );
+    assert_eq!(
+        pull(&c, &r, basic("alice", "s3cret")).await.unwrap(),
+        img.id()
+    );
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode("alice:s3cret");
+    remove(&c, &r).await;
+    let a = Some(pb::AuthConfig {
+        auth,
+        ..Default::default()
+    });
+    assert_eq!(pull(&c, &r, a).await.unwrap(), img.id());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_auth_registry() {
+    let reg = Registry::start(Auth::Token {
+        user: "bob".into(),
+        password: "t0ken-pw".into(),
+    });
+    let img = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("team/app", "1", &img).await;
+    let host = reg.addr.clone();
+    let c = Crust::start(&mirror_config(&host, &reg.addr, ""));
+    let r = format!("{host}/team/app:1");
+    let e = pull(&c, &r, None).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    let e = pull(&c, &r, basic("bob", "nope")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    assert_eq!(
+        pull(&c, &r, basic("bob", "t0ken-pw")).await.unwrap(),
+        img.id()
+    );
+    remove(&c, &r).await;
+    let token = Some(pb::AuthConfig {
+        registry_token: reg.token_for("team/app"),
+        ..Default::default()
+    });
+    assert_eq!(pull(&c, &r, token).await.unwrap(), img.id());
+    remove(&c, &r).await;
+    let identity = Some(pb::AuthConfig {
+        identity_token: reg.identity_token(),
+        ..Default::default()
+    });
+    assert_eq!(pull(&c, &r, identity).await.unwrap(), img.id());
+    let bad = Some(pb::AuthConfig {
+        identity_token: "not-it".into(),
+        ..Default::default()
+    });
+    remove(&c, &r).await;
+    assert_eq!(
+        pull(&c, &r, bad).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    assert!(!c.log().contains("t0ken-pw") && !c.log().contains(&reg.identity_token()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_layouts_and_archives_while_the_daemon_runs() {
+    let c = Crust::start("");
+    let tars = vec![
+        oci_build::tar(&busybox_layer()),
+        oci_build::tar(&[file("hello", b"imported")]),
+    ];
+    let layered: Vec<(Vec<u8>, Comp)> = tars.iter().map(|t| (t.clone(), Comp::None)).collect();
+    let img = image(&layered, json!({"Cmd": ["sh"]}), "amd64");
+    let zimg = image(&[(tars[1].clone(), Comp::Zstd)], json!({}), "amd64");
+
+    let layout = c.dir.path().join("layout");
+    oci_build::write_layout(
+        &layout,
+        &[(&img, Some("1.0")), (&zimg, Some("example.test/z:2"))],
+    );
+    let out = c.image_cli(&[
+        "import",
+        layout.to_str().unwrap(),
+        "--name",
+        "example.test/app",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = c.dir.path().join("app.tar");
+    std::fs::write(
+        &archive,
+        oci_build::docker_archive(&img, &tars, "docker.test/app:saved"),
+    )
+    .unwrap();
+    let out = c.image_cli(&["import", archive.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same layout as an OCI archive (a tar of the layout directory), under another name.
+    let oci_tar = c.dir.path().join("layout.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&oci_tar).unwrap());
+    b.append_dir_all(".", &layout).unwrap();
+    b.finish().unwrap();
+    drop(b);
+    let out = c.image_cli(&[
+        "import",
+        oci_tar.to_str().unwrap(),
+        "--name",
+        "archive.test/app",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(&c, "archive.test/app:1.0", false)
+        .await
+        .image
+        .expect("imported OCI archive");
+    assert_eq!(s.id, img.id());
+
+    // The running daemon sees the imports (it reloads on the generation file).
+    let s = status(&c, "example.test/app:1.0", false)
+        .await
+        .image
+        .expect("imported layout image");
+    assert_eq!(s.id, img.id());
+    assert_eq!(
+        status(&c, "example.test/z:2", false)
+            .await
+            .image
+            .unwrap()
+            .id,
+        zimg.id()
+    );
+    let saved = status(&c, "docker.test/app:saved", false)
+        .await
+        .image
+        .expect("imported docker archive");
+    assert_eq!(saved.id, img.id(), "same config, same id");
+    let lower = lowerdirs(&c, "example.test/app:1.0").await;
+    assert_eq!(std::fs::read(lower[0].join("hello")).unwrap(), b"imported");
+    let out = c.image_cli(&["ls"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("example.test/app")
+            && text.contains("docker.test/app")
+            && text.contains(&img.id()[7..19]),
+        "{text}"
+    );
+    let bad = c.dir.path().join("bad.tar");
+    std::fs::write(&bad, oci_build::tar(&[file("nothing", b"here")])).unwrap();
+    let out = c.image_cli(&["import", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an OCI layout"));
+    assert_store_clean(&c);
+}
