@@ -15,9 +15,9 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  # crust makes its namespace directory a mount of its own; containerd may leave snapshot mounts.
-  umount -l "$W/crust/state/ns" 2>/dev/null || true
-  grep -o " $W/ctrd[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  # crust mounts a tmpfs on its state dir and its ns dir on itself; containerd may leave
+  # snapshot mounts.
+  grep -o " $W[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT

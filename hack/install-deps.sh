@@ -13,7 +13,8 @@ case $purpose in
   # registry (docker-registry), htpasswd for its basic auth (apache2-utils), openssl for the
   # token server's key; critest's offline registry: skopeo.
   test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo" ;;
-  bench) pkgs="$pkgs docker-registry busybox-static containerd runc" ;;
+  # Benchmarks compare with containerd (and build its pause image with gcc).
+  bench) pkgs="$pkgs docker-registry busybox-static containerd runc gcc libc6-dev" ;;
   *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;
 esac
 

@@ -94,11 +94,12 @@ fn parse_format(s: &str) -> Result<LogFormat, String> {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    // The monitor must stay single-threaded: dispatch to it before anything else starts.
-    if let Command::Monitor { .. } = cli.command {
+    // The monitor must stay single-threaded and small: dispatch to it before anything else runs
+    // (argument parsing included; its one flag, --sandbox, only names it in `ps`).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "monitor") {
         std::process::exit(crust::monitor::run());
     }
+    let cli = Cli::parse();
     if let Err(e) = run(cli.command) {
         eprintln!("crust: {e:#}");
         std::process::exit(1);

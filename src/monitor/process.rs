@@ -67,6 +67,8 @@ fn run(config: MonitorConfig) -> i32 {
         "monitor {} ready for sandbox {}",
         identity.pid, config.sandbox_id
     ));
+    // From here on the monitor idles in its loop: let go of the code only start-up needed.
+    sys::trim_code_pages();
     serve(&config, identity, listener, &mut pod);
     0
 }
@@ -183,6 +185,7 @@ fn start_init() -> nix::Result<Pid> {
         ForkResult::Parent { child } => Ok(child),
         ForkResult::Child => {
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            sys::trim_code_pages();
             // SIGCHLD is blocked (inherited from the monitor): wait for it synchronously.
             let mut set = SigSet::empty();
             set.add(Signal::SIGCHLD);

@@ -57,6 +57,43 @@ pub async fn pidfd_wait(pidfd: OwnedFd, timeout: Option<std::time::Duration>) ->
     }
 }
 
+/// Drops this process's resident pages of executable code (the crust binary's text and its
+/// libraries'), and asks for them to be faulted back one page at a time instead of in 64 KiB
+/// batches. A long-lived, mostly idle process (the monitor) then holds only the code it runs
+/// again, not everything start-up touched. Code pages are clean copies of the files, so the
+/// kernel re-reads any page needed later; nothing is lost.
+pub fn trim_code_pages() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let path = fields.nth(3).unwrap_or_default();
+        // Executable, private, file-backed mappings only: never data, heap, stack or [vdso].
+        if perms != "r-xp" || !path.starts_with('/') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        for advice in [libc::MADV_RANDOM, libc::MADV_DONTNEED] {
+            // SAFETY: the range is exactly one read-only, executable file mapping of this
+            // process (from /proc/self/maps). Such pages are never written, so dropping them
+            // discards nothing: the next access re-reads the page from the file.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+        }
+    }
+}
+
 /// Forks the calling process.
 ///
 /// Callers must be single-threaded (the monitor process is: it never starts a runtime or a
@@ -127,5 +164,25 @@ mod tests {
     fn link_names_are_checked() {
         assert!(set_link_up("a-name-that-is-far-too-long").is_err());
         assert!(set_link_up("bad\0name").is_err());
+    }
+}
+#[cfg(test)]
+mod trim_tests {
+    #[test]
+    fn trimmed_code_is_marked_random_access() {
+        super::trim_code_pages();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut in_text = false;
+        let mut marked = 0;
+        for line in smaps.lines() {
+            let is_header = line.split_whitespace().nth(1).is_some_and(|p| p.len() == 4);
+            if is_header {
+                in_text = line.contains(" r-xp ") && line.contains('/');
+            } else if in_text && line.starts_with("VmFlags:") {
+                assert!(line.contains(" rr"), "{line}");
+                marked += 1;
+            }
+        }
+        assert!(marked > 0);
     }
 }

@@ -25,10 +25,11 @@ impl Drop for Crust {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // The daemon makes its namespace directory a mount of its own; undo it so the
-        // temporary directory can be deleted.
-        let ns = self.dir.path().join("state/ns");
-        let _ = nix::mount::umount2(&ns, nix::mount::MntFlags::MNT_DETACH);
+        // The daemon mounts a tmpfs on its state directory and makes its namespace directory a
+        // mount of its own; undo both so the temporary directory can be deleted.
+        for m in ["state/ns", "state"] {
+            let _ = nix::mount::umount2(&self.dir.path().join(m), nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 
