@@ -430,3 +430,88 @@ async fn port_mappings_reach_the_portmap_plugin() {
         "portmap removed its rule on DEL"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pods_get_distinct_addresses_and_all_clean_up() {
+    let d = Daemon::start();
+    let c = d.client().await;
+    let log_root = d.dir.join("logs");
+    let runs = (0..8).map(|i| {
+        let mut c = c.clone();
+        let mut config = pod_config(&format!("par{i}"));
+        config.log_directory = log_root
+            .join(format!("par{i}"))
+            .to_string_lossy()
+            .into_owned();
+        tokio::spawn(async move {
+            c.run_pod_sandbox(run_request(config))
+                .await
+                .map(|r| r.into_inner().pod_sandbox_id)
+        })
+    });
+    let mut ids = Vec::new();
+    for r in futures_util::future::join_all(runs).await {
+        ids.push(r.unwrap().unwrap());
+    }
+    let mut ips = Vec::new();
+    for id in &ids {
+        let mut c = c.clone();
+        let s = c
+            .pod_sandbox_status(pb::PodSandboxStatusRequest {
+                pod_sandbox_id: id.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+        ips.push(s.network.unwrap().ip);
+    }
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 8, "every pod has its own address: {ips:?}");
+    assert_eq!(
+        Daemon::entries(&log_root).len(),
+        8,
+        "log directories are created"
+    );
+    // Two stops and a remove race on every pod; all succeed and nothing is left.
+    let teardown = ids.iter().flat_map(|id| {
+        let stop = |c: &mut pb::runtime_service_client::RuntimeServiceClient<_>, id: String| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                c.stop_pod_sandbox(pb::StopPodSandboxRequest { pod_sandbox_id: id })
+                    .await
+                    .map(drop)
+            })
+        };
+        let mut c = c.clone();
+        let remove = {
+            let mut c = c.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
+                    .await
+                    .map(drop)
+            })
+        };
+        [stop(&mut c, id.clone()), stop(&mut c, id.clone()), remove]
+    });
+    for r in futures_util::future::join_all(teardown).await {
+        r.unwrap().unwrap();
+    }
+    let mut c = c.clone();
+    assert!(
+        c.list_pod_sandbox(pb::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items
+            .is_empty()
+    );
+    assert!(d.allocated_ips().is_empty());
+    assert!(d.monitors().is_empty());
+    assert!(d.pod_cgroups().is_empty());
+    assert!(Daemon::entries(&d.ns_dir()).is_empty());
+}

@@ -32,6 +32,8 @@ impl Sandboxes {
                     id: id.clone(),
                     errors,
                 })?;
+            // Anyone queued on this sandbox now finds nothing left to release.
+            entry.update(|r| r.phase = super::model::Phase::Stopped);
         }
         match std::fs::remove_dir_all(&record.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

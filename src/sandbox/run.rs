@@ -205,6 +205,10 @@ fn pod_hostname(spec: &SandboxSpec) -> String {
 
 fn prepare(record: &SandboxRecord, hostname: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(&record.dir)?;
+    // Container logs go here; kubelet owns the directory afterwards (it is never removed here).
+    if !record.spec.log_directory.is_empty() {
+        std::fs::create_dir_all(&record.spec.log_directory)?;
+    }
     files::write(&record.dir, &record.spec, hostname)
 }
 

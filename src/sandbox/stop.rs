@@ -8,12 +8,15 @@ use super::{SandboxError, Sandboxes, teardown};
 
 impl Sandboxes {
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
-        let entry = match self.entry(id) {
-            Ok((_, entry)) => entry,
+        let (id, entry) = match self.entry(id) {
+            Ok(found) => found,
             Err(SandboxError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
         let _op = entry.op.lock().await;
+        if !self.table().by_id.contains_key(&id) {
+            return Ok(()); // removed by a concurrent call while we waited
+        }
         let record = entry.snapshot();
         if !record.phase.holds_resources() {
             return Ok(());
