@@ -101,9 +101,24 @@ fn main() {
     }
     let cli = Cli::parse();
     if let Err(e) = run(cli.command) {
-        eprintln!("crust: {e:#}");
+        eprintln!("crust: {}", render(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes on one line. crust's errors already name their cause in their own
+/// message (gRPC clients see only that), so a cause already said is not said again.
+fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if !out.contains(&cause) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&cause);
+        }
+    }
+    out
 }
 
 fn run(command: Command) -> anyhow::Result<()> {

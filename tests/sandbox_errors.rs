@@ -7,28 +7,6 @@ use common::{Daemon, pod_config, run_request};
 use crust::cri::pb;
 use tonic::Code;
 
-fn assert_clean(d: &Daemon) {
-    assert!(
-        Daemon::entries(&d.state.join("sandboxes")).is_empty(),
-        "sandbox dirs left"
-    );
-    assert!(
-        Daemon::entries(&d.ns_dir()).is_empty(),
-        "namespace pins left"
-    );
-    assert!(d.monitors().is_empty(), "monitors left: {:?}", d.monitors());
-    assert!(
-        d.pod_cgroups().is_empty(),
-        "cgroups left: {:?}",
-        d.pod_cgroups()
-    );
-    assert!(
-        d.allocated_ips().is_empty(),
-        "IPs left: {:?}",
-        d.allocated_ips()
-    );
-}
-
 #[tokio::test]
 async fn bad_requests_get_invalid_argument_naming_the_field() {
     let d = Daemon::start();
@@ -110,7 +88,7 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]
@@ -184,7 +162,7 @@ async fn duplicate_names_and_unknown_ids() {
             .await
             .unwrap();
     }
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]
@@ -206,7 +184,7 @@ async fn failing_cni_plugin_rolls_everything_back() {
         "carries the plugin's words: {msg}"
     );
     // bridge had allocated an IP and created a veth: both undone.
-    assert_clean(&d);
+    d.assert_clean();
     assert!(!common::sh("ip", &["-o", "link"]).contains(&format!("master {}", d.bridge)));
     let list = c
         .list_pod_sandbox(pb::ListPodSandboxRequest::default())
@@ -225,7 +203,7 @@ async fn failing_cni_plugin_rolls_everything_back() {
     c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
         .await
         .unwrap();
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]
@@ -296,7 +274,7 @@ async fn network_not_ready_is_reported_precisely() {
         cond.message
     );
     // Host-network pods need no CNI at all.
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]

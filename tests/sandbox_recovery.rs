@@ -25,25 +25,6 @@ async fn status(
     )
 }
 
-fn assert_clean(d: &Daemon) {
-    assert!(
-        Daemon::entries(&d.ns_dir()).is_empty(),
-        "pins left: {:?}",
-        Daemon::entries(&d.ns_dir())
-    );
-    assert!(d.monitors().is_empty(), "monitors left: {:?}", d.monitors());
-    assert!(
-        d.pod_cgroups().is_empty(),
-        "cgroups left: {:?}",
-        d.pod_cgroups()
-    );
-    assert!(
-        d.allocated_ips().is_empty(),
-        "IPs left: {:?}",
-        d.allocated_ips()
-    );
-}
-
 #[tokio::test]
 async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
     let mut d = Daemon::start();
@@ -98,7 +79,7 @@ async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
         .unwrap();
     }
     assert!(exited(monitor));
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 // Multi-threaded, so the dropped client's connection closes while this thread waits on the
@@ -132,7 +113,7 @@ async fn sigterm_finishes_gracefully_and_pods_keep_running() {
     c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
         .await
         .unwrap();
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]
@@ -197,7 +178,7 @@ async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
             .await
             .unwrap();
     }
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]
@@ -226,7 +207,7 @@ async fn a_sandbox_half_created_when_the_daemon_died_is_rolled_back() {
     );
     d.write_bridge_network(&[]);
     d.launch();
-    assert_clean(&d);
+    d.assert_clean();
     assert!(Daemon::entries(&d.state.join("sandboxes")).is_empty());
     let mut c = d.client().await;
     assert!(
@@ -247,7 +228,7 @@ async fn a_sandbox_half_created_when_the_daemon_died_is_rolled_back() {
     c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
         .await
         .unwrap();
-    assert_clean(&d);
+    d.assert_clean();
 }
 
 #[tokio::test]

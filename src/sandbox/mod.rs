@@ -104,7 +104,7 @@ impl SandboxContext {
 /// One sandbox in the table.
 struct Entry {
     /// Serializes lifecycle verbs on this sandbox.
-    op: tokio::sync::Mutex<()>,
+    op: Arc<tokio::sync::Mutex<()>>,
     /// The current record; cloned out for reads.
     record: Mutex<SandboxRecord>,
     /// The task that notices the monitor dying.
@@ -114,7 +114,7 @@ struct Entry {
 impl Entry {
     fn new(record: SandboxRecord) -> Arc<Entry> {
         Arc::new(Entry {
-            op: tokio::sync::Mutex::new(()),
+            op: Arc::new(tokio::sync::Mutex::new(())),
             record: Mutex::new(record),
             watcher: Mutex::new(None),
         })
@@ -124,6 +124,17 @@ impl Entry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+    /// Stops watching the monitor: a verb is about to stop it on purpose.
+    fn stop_watching(&self) {
+        if let Some(w) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            w.abort();
+        }
     }
     fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> SandboxRecord {
         let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
@@ -137,6 +148,13 @@ struct Table {
     by_id: HashMap<String, Arc<Entry>>,
     /// Name -> id, including names reserved by creations under way.
     names: HashMap<PodMetadata, String>,
+}
+
+/// A sandbox taken for a lifecycle verb: its op lock is held and it is still in the table.
+struct Held {
+    id: String,
+    entry: Arc<Entry>,
+    _op: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// All pod sandboxes of this daemon.
@@ -176,6 +194,21 @@ impl Sandboxes {
             (Some(_), Some(_)) => Err(SandboxError::Ambiguous(id.to_owned())),
             _ => Err(SandboxError::NotFound(id.to_owned())),
         }
+    }
+
+    /// Takes sandbox `id` for a lifecycle verb. None when there is no such sandbox, or it was
+    /// removed while this call waited for it: Stop and Remove then have nothing to do.
+    async fn hold(&self, id: &str) -> Result<Option<Held>, SandboxError> {
+        let (id, entry) = match self.entry(id) {
+            Ok(found) => found,
+            Err(SandboxError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let op = entry.op.clone().lock_owned().await;
+        if !self.table().by_id.contains_key(&id) {
+            return Ok(None);
+        }
+        Ok(Some(Held { id, entry, _op: op }))
     }
 
     /// A copy of the record of sandbox `id` (full id or unique prefix).

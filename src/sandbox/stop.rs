@@ -4,33 +4,26 @@
 use std::sync::Arc;
 
 use super::model::Phase;
-use super::{SandboxError, Sandboxes, teardown};
+use super::{Held, SandboxError, Sandboxes, teardown};
 
 impl Sandboxes {
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
-        let (id, entry) = match self.entry(id) {
-            Ok(found) => found,
-            Err(SandboxError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let _op = entry.op.lock().await;
-        if !self.table().by_id.contains_key(&id) {
-            return Ok(()); // removed by a concurrent call while we waited
+        match self.hold(id).await? {
+            Some(held) => self.release_held(&held).await,
+            None => Ok(()),
         }
-        let record = entry.snapshot();
+    }
+
+    /// Releases what a held sandbox still holds and records the outcome: Stopped, or Exited
+    /// (not ready, something left) when a step failed, so that the next Stop tries again.
+    pub(super) async fn release_held(&self, held: &Held) -> Result<(), SandboxError> {
+        let record = held.entry.snapshot();
         if !record.phase.holds_resources() {
             return Ok(());
         }
-        if let Some(w) = entry
-            .watcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            w.abort();
-        }
+        held.entry.stop_watching();
         let released = teardown::release(&self.ctx, &record).await;
-        let record = entry.update(|r| {
+        let record = held.entry.update(|r| {
             r.phase = if released.is_ok() {
                 Phase::Stopped
             } else {
@@ -39,7 +32,7 @@ impl Sandboxes {
         });
         self.save(&record)?;
         released.map_err(|errors| SandboxError::Teardown {
-            id: record.id.clone(),
+            id: held.id.clone(),
             errors,
         })
     }

@@ -259,6 +259,31 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Nothing of any pod is left: sandbox dirs, namespace pins, monitors, cgroups, IPs.
+    pub fn assert_clean(&self) {
+        let dirs = Daemon::entries(&self.state.join("sandboxes"));
+        assert!(dirs.is_empty(), "sandbox dirs left: {dirs:?}");
+        let pins = Daemon::entries(&self.ns_dir());
+        assert!(pins.is_empty(), "namespace pins left: {pins:?}");
+        assert!(
+            self.monitors().is_empty(),
+            "monitors left: {:?}",
+            self.monitors()
+        );
+        assert!(
+            self.pod_cgroups().is_empty(),
+            "cgroups left: {:?}",
+            self.pod_cgroups()
+        );
+        assert!(
+            self.allocated_ips().is_empty(),
+            "IPs left: {:?}",
+            self.allocated_ips()
+        );
+    }
+}
+
 pub fn procfs_pids() -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
