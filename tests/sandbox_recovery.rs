@@ -258,3 +258,41 @@ async fn one_daemon_per_socket_and_stale_sockets_are_replaced() {
     );
     assert_eq!(mode & 0o777, 0o660);
 }
+
+#[tokio::test]
+async fn a_cancelled_request_still_finishes_its_work() {
+    // kubelet and crictl cancel requests that take too long; the work must not stop half way.
+    let d = Daemon::start_with_plugins(&[r#"{"type":"crust-test-slow","sleepSeconds":1}"#]);
+    let mut c = d.client().await;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        c.run_pod_sandbox(run_request(pod_config("impatient"))),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the client gave up first");
+    let mut pods = vec![];
+    for _ in 0..100 {
+        pods = c
+            .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        if !pods.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        pods.len(),
+        1,
+        "the sandbox was completed, not left half made"
+    );
+    assert_eq!(pods[0].state, pb::PodSandboxState::SandboxReady as i32);
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+        pod_sandbox_id: pods[0].id.clone(),
+    })
+    .await
+    .unwrap();
+    d.assert_clean();
+}

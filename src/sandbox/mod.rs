@@ -254,6 +254,22 @@ impl Sandboxes {
     }
 }
 
+/// Runs a lifecycle verb to its end even if the caller goes away. A gRPC handler's future is
+/// dropped when its client cancels (a kubelet timeout, a ^C'd crictl); dropping a verb half way
+/// would leave a monitor, a CNI attachment or a reserved name behind, so verbs run in a task
+/// of their own and the caller only waits for the outcome.
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, SandboxError>> + Send + 'static,
+) -> Result<T, SandboxError> {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(SandboxError::Run {
+            step: "finish the request",
+            error: e.to_string(),
+            cleanup: None,
+        })
+    })
+}
+
 /// A new sandbox id: 64 hex digits, like containerd's and CRI-O's.
 pub fn new_id() -> String {
     let mut bytes = [0u8; 32];

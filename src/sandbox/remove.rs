@@ -7,6 +7,11 @@ use super::{SandboxError, Sandboxes};
 
 impl Sandboxes {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let (me, id) = (self.clone(), id.to_owned());
+        super::detached(async move { me.remove_to_end(&id).await }).await
+    }
+
+    async fn remove_to_end(&self, id: &str) -> Result<(), SandboxError> {
         let Some(held) = self.hold(id).await? else {
             return Ok(());
         };

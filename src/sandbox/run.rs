@@ -16,6 +16,11 @@ type StepError = (&'static str, String);
 impl Sandboxes {
     /// Creates and starts a pod sandbox; returns its id.
     pub async fn run(self: &Arc<Self>, spec: SandboxSpec) -> Result<String, SandboxError> {
+        let me = self.clone();
+        super::detached(async move { me.run_to_end(spec).await }).await
+    }
+
+    async fn run_to_end(self: &Arc<Self>, spec: SandboxSpec) -> Result<String, SandboxError> {
         validate::spec(&spec).map_err(SandboxError::Invalid)?;
         let handler = self.resolve_handler(&spec.runtime_handler)?;
         let id = new_id();

@@ -8,10 +8,14 @@ use super::{Held, SandboxError, Sandboxes, teardown};
 
 impl Sandboxes {
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
-        match self.hold(id).await? {
-            Some(held) => self.release_held(&held).await,
-            None => Ok(()),
-        }
+        let (me, id) = (self.clone(), id.to_owned());
+        super::detached(async move {
+            match me.hold(&id).await? {
+                Some(held) => me.release_held(&held).await,
+                None => Ok(()),
+            }
+        })
+        .await
     }
 
     /// Releases what a held sandbox still holds and records the outcome: Stopped, or Exited
