@@ -12,39 +12,36 @@ use super::model::SandboxRecord;
 use crate::monitor::{self, MonitorHandle};
 
 pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Result<(), String> {
+    // Two independent tracks: the processes (then what needs them gone: the cgroup, and the
+    // pins CNI does not use), and the network (CNI DEL needs the netns, so its pin goes last).
+    let (mut errors, network) =
+        tokio::join!(release_processes(ctx, record), release_network(ctx, record));
+    errors.extend(network);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<String> {
+    let mut errors = Vec::new();
     // The monitor's pid file covers a crash between its start and the record's next save.
-    let identity = record
+    if let Some(identity) = record
         .monitor
-        .or_else(|| monitor::read_pidfile(&record.dir));
-    let stop_monitor = async {
+        .or_else(|| monitor::read_pidfile(&record.dir))
+    {
         let _t = Timed::start("monitor stopped");
-        match identity {
-            Some(identity) => MonitorHandle {
-                identity,
-                dir: record.dir.clone(),
-            }
-            .shutdown(ctx.monitor_timeout)
-            .await
-            .map_err(|e| format!("stop monitor: {e}")),
-            None => Ok(()),
+        let handle = MonitorHandle {
+            identity,
+            dir: record.dir.clone(),
+        };
+        if let Err(e) = handle.shutdown(ctx.monitor_timeout).await {
+            errors.push(format!("stop monitor: {e}"));
         }
-    };
-    let del_network = async {
-        let _t = Timed::start("CNI DEL done");
-        match &record.network {
-            Some(net) => {
-                let prev = net.result.as_ref().map(|r| &r.raw);
-                ctx.cni
-                    .del(&net.list, &net.attachment, prev)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            None => Ok(()),
-        }
-    };
-    let (m, n) = tokio::join!(stop_monitor, del_network);
-    let mut errors: Vec<String> = [m, n].into_iter().filter_map(Result::err).collect();
-    for pin in record.pins.all() {
+    }
+    let pins = &record.pins;
+    for pin in [&pins.ipc, &pins.uts, &pins.pid].into_iter().flatten() {
         if let Err(e) = unpin(pin) {
             errors.push(format!("remove namespace pin {}: {e}", pin.display()));
         }
@@ -53,18 +50,29 @@ pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Res
     let path = record.cgroup.clone();
     let removed = tokio::task::spawn_blocking(move || {
         let _t = Timed::start("pod cgroup removed");
-        cgroups.remove(&path)
+        cgroups.remove(&path).map_err(|e| e.to_string())
     });
-    match removed.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => errors.push(format!("remove pod cgroup: {e}")),
-        Err(e) => errors.push(format!("remove pod cgroup: {e}")),
+    if let Err(e) = removed.await.map_err(|e| e.to_string()).and_then(|r| r) {
+        errors.push(format!("remove pod cgroup: {e}"));
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
+    errors
+}
+
+async fn release_network(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Some(net) = &record.network {
+        let _t = Timed::start("CNI DEL done");
+        let prev = net.result.as_ref().map(|r| &r.raw);
+        if let Err(e) = ctx.cni.del(&net.list, &net.attachment, prev).await {
+            errors.push(e.to_string());
+        }
     }
+    if let Some(pin) = &record.pins.net {
+        if let Err(e) = unpin(pin) {
+            errors.push(format!("remove namespace pin {}: {e}", pin.display()));
+        }
+    }
+    errors
 }
 
 /// Unmounts and deletes one namespace pin; a pin that is not there is fine.
