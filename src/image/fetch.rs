@@ -31,18 +31,12 @@ pub enum Source<'a> {
     },
 }
 
-impl Source<'_> {
-    fn local_path(&self, d: &Digest) -> Option<PathBuf> {
-        match self {
-            Source::Registry(_) => None,
-            Source::Local { dir, files } => Some(
-                files
-                    .get(d)
-                    .cloned()
-                    .unwrap_or_else(|| dir.join("blobs").join(d.algorithm().name()).join(d.hex())),
-            ),
-        }
-    }
+/// Where a local source keeps blob `d`.
+fn local_path(dir: &Path, files: &HashMap<Digest, PathBuf>, d: &Digest) -> PathBuf {
+    files
+        .get(d)
+        .cloned()
+        .unwrap_or_else(|| dir.join("blobs").join(d.algorithm().name()).join(d.hex()))
 }
 
 /// An image about to be installed: its manifest (and the index it was chosen from, if any)
@@ -74,7 +68,11 @@ impl Images {
                 bad.media_type
             )));
         }
-        let _pin_config = self.pin(vec![m.config.digest.clone()]);
+        // Pinned from the start, so a RemoveImage of the same image meanwhile (which collects
+        // what no record uses) cannot delete what this install is about to record.
+        let mut meta_keys = vec![c.manifest_digest.clone(), m.config.digest.clone()];
+        meta_keys.extend(c.index.as_ref().map(|(_, d)| d.clone()));
+        let _pin_meta = self.pin(meta_keys);
         self.ensure_blob(src, &m.config).await?;
         let config_path = self.paths.blob(&m.config.digest);
         let config_bytes = std::fs::read(&config_path).map_err(local("reading", &config_path))?;
@@ -203,11 +201,8 @@ impl Images {
                     .map_err(|_| PullError::Invalid("shutting down".into()))?;
                 download(session, desc, &mut ingest, size).await?;
             }
-            Source::Local { .. } => {
-                let path = src
-                    .local_path(&desc.digest)
-                    .expect("local source has paths");
-                copy_file(&path, &mut ingest)?;
+            Source::Local { dir, files } => {
+                copy_file(&local_path(dir, files, &desc.digest), &mut ingest)?
             }
         }
         self.commit_ingest(ingest, &desc.digest, size, &what).await
@@ -277,6 +272,10 @@ impl Images {
     }
 }
 
+/// Below glibc's default mmap threshold (128 KiB): a larger buffer, freed, raises that
+/// threshold and leaves later allocations in per-thread arenas the daemon never gives back.
+const COPY_BUF: usize = 64 << 10;
+
 /// Streams a blob from the registry into `ingest`, aborting when no data arrives for the
 /// progress timeout or when the registry sends more than the descriptor's size.
 async fn download(
@@ -293,11 +292,9 @@ async fn download(
         match next {
             None => return Ok(()),
             Some(Ok(chunk)) => {
-                ingest.write(&chunk).map_err(|e| PullError::Local {
-                    what: "writing",
-                    path: PathBuf::from("ingest"),
-                    source: e,
-                })?;
+                ingest
+                    .write(&chunk)
+                    .map_err(|e| local("writing", ingest.path())(e))?;
                 if let Some(expected) = size {
                     if ingest.size() > expected {
                         return Err(PullError::SizeMismatch {
@@ -331,7 +328,7 @@ fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
         .map_err(|_| PullError::Invalid(format!("blob file {} is missing", path.display())))?;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; COPY_BUF];
     loop {
         let n = f.read(&mut buf).map_err(local("reading", path))?;
         if n == 0 {

@@ -25,6 +25,7 @@ mod digest;
 mod extract;
 mod fetch;
 mod fsinfo;
+mod http;
 mod import;
 mod manifest;
 mod pull;
@@ -67,10 +68,13 @@ pub enum ImageError {
     NotFound(String),
     #[error("image id prefix {0:?} matches more than one image")]
     Ambiguous(String),
-    #[error("pulling {reference}: {error}")]
+    #[error("pulling {reference}: {error}{}", also_tried(.also))]
     Pull {
         reference: String,
+        /// The failure that says most (see `pull.rs`).
         error: Box<PullError>,
+        /// What the other endpoints answered, one short line each.
+        also: Vec<String>,
     },
     #[error("importing {path}: {error}")]
     Import {
@@ -114,7 +118,7 @@ pub enum PullError {
     Layer { blob: Digest, error: UnpackError },
     #[error("no progress for {secs}s while {what}; aborted")]
     Stalled { what: String, secs: u64 },
-    #[error("{registry} unreachable: {detail}")]
+    #[error("cannot reach {registry}: {detail}")]
     Unreachable { registry: String, detail: String },
     #[error("{registry}: {detail}")]
     Registry { registry: String, detail: String },
@@ -130,6 +134,14 @@ pub enum PullError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+fn also_tried(also: &[String]) -> String {
+    if also.is_empty() {
+        String::new()
+    } else {
+        format!("; also tried: {}", also.join("; "))
+    }
 }
 
 impl PullError {
