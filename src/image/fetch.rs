@@ -140,27 +140,31 @@ impl Images {
     /// Saves `record` (merging names, moving tags) and publishes it. Blocking parts run on the
     /// blocking pool.
     async fn commit(&self, record: ImageRecord) -> Result<ImageRecord, PullError> {
-        let images = self;
         let id = record.id.clone();
         let result = tokio::task::block_in_place(|| {
-            images.with_store_lock(|table| {
+            self.with_store_lock(|table| {
                 let mut table = table.clone();
-                for changed in table.add(record) {
-                    if let Some(r) = table.get(&changed) {
-                        crate::store::save(&images.paths.record(&changed), r)?;
+                let changed = table.add(record);
+                // Images that lost a name are saved first, the new record last: a crash in
+                // between leaves the name on no image (the pull did not finish), never on two.
+                for c in changed.iter().filter(|c| **c != id).chain([&id]) {
+                    if let Some(r) = table.get(c) {
+                        crate::store::save(&self.paths.record(c), r)?;
                     }
                 }
-                images.publish(table)
+                let saved = table.get(&id).cloned();
+                self.publish(table)?;
+                Ok(saved)
             })
         });
-        result.map_err(|e| match e {
-            super::ImageError::Store(s) => PullError::Store(s),
-            super::ImageError::Io { what, path, source } => PullError::Local { what, path, source },
-            other => PullError::Invalid(format!("saving the image record: {other}")),
-        })?;
-        self.table()
-            .get(&id)
-            .cloned()
+        result
+            .map_err(|e| match e {
+                super::ImageError::Store(s) => PullError::Store(s),
+                super::ImageError::Io { what, path, source } => {
+                    PullError::Local { what, path, source }
+                }
+                other => PullError::Invalid(format!("saving the image record: {other}")),
+            })?
             .ok_or_else(|| PullError::Invalid("image record vanished".into()))
     }
 
@@ -315,10 +319,7 @@ async fn download(
                         actual: actual.to_string(),
                     });
                 }
-                return Err(PullError::Unreachable {
-                    registry: session.registry.clone(),
-                    detail: format!("{what}: {e}"),
-                });
+                return Err(session.stream_error(&e, &progress));
             }
         }
     }

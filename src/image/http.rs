@@ -206,6 +206,16 @@ pub fn transport(e: &(dyn std::error::Error + 'static), ep: &Endpoint) -> String
     }
 }
 
+/// Whether `e` (or an error under it) is a timeout.
+pub fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    causes(e).iter().any(|c| {
+        c.downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_timeout)
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
 /// `e` and every error under it. `io::Error::source` skips the error an io::Error wraps (it
 /// returns that error's source), so wrapped errors are visited through `get_ref` instead.
 fn causes<'a>(

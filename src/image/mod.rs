@@ -120,7 +120,8 @@ pub enum PullError {
     Stalled { what: String, secs: u64 },
     #[error("cannot reach {registry}: {detail}")]
     Unreachable { registry: String, detail: String },
-    #[error("{registry}: {detail}")]
+    /// `detail` continues the sentence after the endpoint ("answered HTTP 500 for ...").
+    #[error("{registry} {detail}")]
     Registry { registry: String, detail: String },
     #[error("{0}")]
     Unsupported(String),

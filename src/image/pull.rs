@@ -50,7 +50,7 @@ impl Images {
             (None, None) => "latest".to_owned(),
         };
         let (top_bytes, top_digest, content_type) = session.manifest(&wanted).await?;
-        let bad = |e| manifest_error(&session, image, e);
+        let bad = |e| manifest_error(&session, e);
         let resolved = parse_document(&top_bytes, content_type.as_deref())
             .and_then(|doc| doc.for_platform(&self.settings.platform))
             .map_err(bad)?;
@@ -79,30 +79,36 @@ impl Images {
 }
 
 /// A document the registry sent that crust cannot use, said with where it came from.
-fn manifest_error(session: &Session, image: &ImageRef, e: ManifestError) -> PullError {
+fn manifest_error(session: &Session, e: ManifestError) -> PullError {
+    let registry = session.registry.clone();
     match e {
-        ManifestError::NoPlatform { .. } => PullError::NotFound {
-            registry: session.registry.clone(),
-            what: format!("{image}: {e}"),
+        ManifestError::NoPlatform { wanted, offered } => PullError::NotFound {
+            registry,
+            what: format!("a manifest for {wanted} (the index offers {offered})"),
         },
         ManifestError::Schema1
         | ManifestError::Schema(_)
         | ManifestError::MediaType(_)
-        | ManifestError::NestedIndex => PullError::Unsupported(format!("{image}: {e}")),
+        | ManifestError::NestedIndex => PullError::Unsupported(format!("{registry}: {e}")),
         ManifestError::Json { .. } | ManifestError::Limits(_) => {
-            PullError::Invalid(format!("{} sent for {image}: {e}", session.registry))
+            PullError::Invalid(format!("{registry}: {e}"))
         }
     }
 }
 
 /// One error for a pull that failed everywhere: the most telling failure first (a definite
-/// answer such as not found, refused or corrupt beats "could not connect": with mirrors
-/// configured the upstream is often unreachable by design), the other endpoints after it.
+/// answer such as not found, refused or corrupt beats a stall, which beats "could not
+/// connect": with mirrors configured the upstream is often unreachable by design; among equals
+/// the first endpoint tried), the other endpoints after it.
 fn pull_failure(reference: String, mut failures: Vec<(Endpoint, PullError)>) -> ImageError {
-    let pick = failures
-        .iter()
-        .position(|(_, e)| !matches!(e, PullError::Unreachable { .. } | PullError::Stalled { .. }))
-        .unwrap_or(failures.len().saturating_sub(1));
+    let rank = |e: &PullError| match e {
+        PullError::Unreachable { .. } => 2,
+        PullError::Stalled { .. } => 1,
+        _ => 0,
+    };
+    let pick = (0..failures.len())
+        .min_by_key(|&i| rank(&failures[i].1))
+        .unwrap_or(0);
     let error = if failures.is_empty() {
         PullError::Unsupported("no registry endpoint to pull from".into())
     } else {

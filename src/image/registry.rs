@@ -195,7 +195,7 @@ impl Registries {
         let tls = self.tls(ep)?;
         let setup = |e: String| PullError::Registry {
             registry: ep.to_string(),
-            detail: format!("setting up the client: {e}"),
+            detail: format!("could not be set up: {e}"),
         };
         let config = ClientConfig {
             protocol: if ep.plain_http {
@@ -461,13 +461,25 @@ impl Session {
             },
             (429, _) | (_, Some("TOOMANYREQUESTS")) => PullError::Registry {
                 registry,
-                detail: format!("rate limit reached (HTTP 429){}", suffix(&detail)),
+                detail: format!("is limiting pulls (HTTP 429){}", suffix(&detail)),
             },
             (s, _) => PullError::Registry {
                 registry,
-                detail: format!("{what}: HTTP {s}{}", suffix(&detail)),
+                detail: format!("answered HTTP {s} for {what}{}", suffix(&detail)),
             },
         }
+    }
+
+    /// A blob stream that broke off: the read timeout (no data for the progress timeout) is a
+    /// stall, anything else a lost connection.
+    pub fn stream_error(&self, e: &(dyn std::error::Error + 'static), doing: &str) -> PullError {
+        if http::is_timeout(e) {
+            return PullError::Stalled {
+                what: doing.to_owned(),
+                secs: self.timeout.as_secs(),
+            };
+        }
+        self.unreachable(e)
     }
 
     fn unreachable(&self, e: &(dyn std::error::Error + 'static)) -> PullError {
@@ -530,7 +542,7 @@ impl Session {
             ),
             other => PullError::Registry {
                 registry,
-                detail: http::clip(&format!("{what}: {other}")),
+                detail: http::clip(&format!("failed on {what}: {other}")),
             },
         }
     }

@@ -26,7 +26,7 @@ pub async fn exchange(
     };
     let no_token = || PullError::Registry {
         registry: ep.to_string(),
-        detail: "the token endpoint answered without a token".into(),
+        detail: "answered the identity-token exchange without a token".into(),
     };
     let host = if ep.host == DEFAULT_DOMAIN {
         "registry-1.docker.io"
