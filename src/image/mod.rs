@@ -26,6 +26,7 @@ mod extract;
 mod fetch;
 mod fsinfo;
 mod http;
+mod idle;
 mod import;
 mod manifest;
 mod pull;
@@ -206,6 +207,7 @@ pub struct Images {
     downloads: tokio::sync::Semaphore,
     unpacks: tokio::sync::Semaphore,
     layer_usage: Mutex<HashMap<Digest, unpack::LayerMeta>>,
+    pulls: idle::PullActivity,
 }
 
 #[derive(Clone)]
@@ -301,6 +303,7 @@ impl Images {
             blob_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),
             layer_usage: Mutex::new(HashMap::new()),
+            pulls: idle::PullActivity::default(),
         };
         images.reload(true)?;
         if recover {

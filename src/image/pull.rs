@@ -16,6 +16,7 @@ impl Images {
         creds: &Credentials,
     ) -> Result<ImageRecord, ImageError> {
         let image = ImageRef::parse(reference)?;
+        let _busy = self.pulls.begin();
         let endpoints = self.registries.endpoints(&image.domain);
         let mut failures: Vec<(Endpoint, PullError)> = Vec::new();
         for (i, ep) in endpoints.iter().enumerate() {
