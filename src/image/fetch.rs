@@ -31,6 +31,30 @@ pub enum Source<'a> {
     },
 }
 
+/// The layers of `m` with their diff ids (from the config) and chain ids.
+fn layer_refs(m: &Manifest, config: &ImageConfig) -> Result<Vec<LayerRef>, PullError> {
+    let diff_ids = &config.rootfs.diff_ids;
+    if diff_ids.len() != m.layers.len() {
+        return Err(PullError::Invalid(format!(
+            "the config lists {} diff ids for {} layers",
+            diff_ids.len(),
+            m.layers.len()
+        )));
+    }
+    Ok(m.layers
+        .iter()
+        .zip(diff_ids)
+        .zip(chain_ids(diff_ids))
+        .map(|((l, diff), chain)| LayerRef {
+            blob: l.digest.clone(),
+            media_type: l.media_type.clone(),
+            size: l.size.max(0) as u64,
+            diff_id: diff.clone(),
+            chain_id: chain,
+        })
+        .collect())
+}
+
 /// Where a local source keeps blob `d`.
 fn local_path(dir: &Path, files: &HashMap<Digest, PathBuf>, d: &Digest) -> PathBuf {
     files
@@ -73,32 +97,8 @@ impl Images {
         let mut meta_keys = vec![c.manifest_digest.clone(), m.config.digest.clone()];
         meta_keys.extend(c.index.as_ref().map(|(_, d)| d.clone()));
         let _pin_meta = self.pin(meta_keys);
-        self.ensure_blob(src, &m.config).await?;
-        let config_path = self.paths.blob(&m.config.digest);
-        let config_bytes = std::fs::read(&config_path).map_err(local("reading", &config_path))?;
-        let config: ImageConfig =
-            manifest::parse_config(&config_bytes).map_err(|e| PullError::Invalid(e.to_string()))?;
-        let diff_ids = &config.rootfs.diff_ids;
-        if diff_ids.len() != m.layers.len() {
-            return Err(PullError::Invalid(format!(
-                "the config lists {} diff ids for {} layers",
-                diff_ids.len(),
-                m.layers.len()
-            )));
-        }
-        let layers: Vec<LayerRef> = m
-            .layers
-            .iter()
-            .zip(diff_ids)
-            .zip(chain_ids(diff_ids))
-            .map(|((l, diff), chain)| LayerRef {
-                blob: l.digest.clone(),
-                media_type: l.media_type.clone(),
-                size: l.size.max(0) as u64,
-                diff_id: diff.clone(),
-                chain_id: chain,
-            })
-            .collect();
+        let config = self.config(src, &m.config).await?;
+        let layers = layer_refs(m, &config)?;
         let keys = layers
             .iter()
             .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
@@ -135,6 +135,14 @@ impl Images {
             stored_at: super::now_secs(),
         };
         self.commit(record).await
+    }
+
+    /// Stores and reads the image config.
+    async fn config(&self, src: &Source<'_>, desc: &Descriptor) -> Result<ImageConfig, PullError> {
+        self.ensure_blob(src, desc).await?;
+        let path = self.paths.blob(&desc.digest);
+        let bytes = std::fs::read(&path).map_err(local("reading", &path))?;
+        manifest::parse_config(&bytes).map_err(|e| PullError::Invalid(e.to_string()))
     }
 
     /// Saves `record` (merging names, moving tags) and publishes it. Blocking parts run on the

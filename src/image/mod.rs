@@ -1,7 +1,10 @@
 //! Images: pulling from OCI registries, the content store, unpacked layers, image records, and
 //! what the container module needs to build a root filesystem. One file per verb (`pull.rs`,
 //! `remove.rs`, `status.rs`, `import.rs`, `fsinfo.rs`, `rootfs.rs`); this file holds the
-//! `Images` service and what the verbs share.
+//! `Images` service and what the verbs share. Registry access is `registry.rs` (endpoints,
+//! credentials, oci-client sessions) and `http.rs` (size-capped manifest requests, one-line
+//! transport errors); `fetch.rs` gets content into the store for pulls and imports alike;
+//! `idle.rs` gives memory back when pulls go quiet.
 //!
 //! Ownership: `Images` owns `<root>/images` (layout in `content.rs`). Container writable layers
 //! live in `<root>/containers`, which only `fsinfo.rs` reads here.
