@@ -549,15 +549,49 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
     std::fs::write(&f, bytes).unwrap();
     let c = Crust::start(&mirror_config("registry.test", &reg.addr, ""));
 
+    let long_name = format!("registry.test/{}", "a/".repeat(5000));
+    let long_tag = format!("registry.test/good:{}", "t".repeat(5000));
     for bad in [
         "",
         "Registry.Test/UPPER",
         "registry.test/a//b",
         "registry.test/x:bad tag",
         "x@sha256:123",
+        "sha256:",
+        "@",
+        ":::",
+        "registry.test/x\0y",
+        "registry.test/\u{1f600}",
+        "registry.test:99999/x",
+        &long_name,
+        &long_tag,
     ] {
         let e = pull(&c, bad, None).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e}");
+        assert_readable(&e);
+        // The read and remove paths refuse it the same way (or find nothing), never panic.
+        let mut images = c.images().await;
+        let s = images
+            .image_status(pb::ImageStatusRequest {
+                image: spec(bad),
+                verbose: true,
+            })
+            .await;
+        assert!(
+            s.as_ref().map_or_else(
+                |e| e.code() == Code::InvalidArgument,
+                |r| r.get_ref().image.is_none()
+            ),
+            "{bad:?}: {s:?}"
+        );
+        let r = images
+            .remove_image(pb::RemoveImageRequest { image: spec(bad) })
+            .await;
+        assert!(
+            r.as_ref()
+                .map_or_else(|e| e.code() == Code::InvalidArgument, |_| true),
+            "{bad:?}: {r:?}"
+        );
     }
     let e = pull(&c, "registry.test/good:nope", None).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
