@@ -593,6 +593,25 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
             "{bad:?}: {r:?}"
         );
     }
+    let e = c
+        .images()
+        .await
+        .pull_image(pb::PullImageRequest {
+            image: Some(pb::ImageSpec {
+                image: "registry.test/good:1".into(),
+                runtime_handler: "x".repeat(10_000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("runc"),
+        "names the known handlers: {e}"
+    );
+    assert_readable(&e);
     let e = pull(&c, "registry.test/good:nope", None).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
     assert!(e.message().contains("good:nope"), "{e}");
