@@ -1044,6 +1044,25 @@ async fn slow_setup(
     (reg, throttle, img, c)
 }
 
+/// Starts pulling `image` on its own connection; the handle yields PullImage's answer.
+fn spawn_pull(
+    c: &Crust,
+    image: &'static str,
+) -> tokio::task::JoinHandle<Result<String, tonic::Status>> {
+    let socket = c.socket();
+    tokio::spawn(async move {
+        let mut client =
+            pb::image_service_client::ImageServiceClient::new(crust_daemon::connect(&socket).await);
+        client
+            .pull_image(pb::PullImageRequest {
+                image: spec(image),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().image_ref)
+    })
+}
+
 /// Waits until a download has written something under `ingest/`.
 async fn wait_for_partial_download(c: &Crust) -> u64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1071,20 +1090,7 @@ async fn wait_for_partial_download(c: &Crust) -> u64 {
 async fn a_daemon_killed_mid_download_recovers_and_pulls_again() {
     let (_reg, throttle, img, mut c) = slow_setup(6, "").await;
     let r = "slow.test/slow:1";
-    let pulling = {
-        let socket = c.socket();
-        tokio::spawn(async move {
-            let mut client = pb::image_service_client::ImageServiceClient::new(
-                crust_daemon::connect(&socket).await,
-            );
-            client
-                .pull_image(pb::PullImageRequest {
-                    image: spec(r),
-                    ..Default::default()
-                })
-                .await
-        })
-    };
+    let pulling = spawn_pull(&c, r);
     wait_for_partial_download(&c).await;
     c.kill9();
     assert!(
@@ -1124,21 +1130,7 @@ async fn status_list_and_remove_answer_during_a_pull() {
     throttle.set_rate(1 << 20);
 
     let r = "slow.test/slow:1";
-    let pulling = {
-        let socket = c.socket();
-        tokio::spawn(async move {
-            let mut client = pb::image_service_client::ImageServiceClient::new(
-                crust_daemon::connect(&socket).await,
-            );
-            client
-                .pull_image(pb::PullImageRequest {
-                    image: spec(r),
-                    ..Default::default()
-                })
-                .await
-                .map(|r| r.into_inner().image_ref)
-        })
-    };
+    let pulling = spawn_pull(&c, r);
     wait_for_partial_download(&c).await;
     let t = std::time::Instant::now();
     assert_eq!(list(&c).await.len(), 1);
@@ -1182,20 +1174,7 @@ async fn status_list_and_remove_answer_during_a_pull() {
 async fn a_registry_that_stops_mid_blob_aborts_the_pull() {
     let (_reg, throttle, img, c) = slow_setup(4, "[image]\npull_progress_timeout_secs = 2\n").await;
     let r = "slow.test/slow:1";
-    let pulling = {
-        let socket = c.socket();
-        tokio::spawn(async move {
-            let mut client = pb::image_service_client::ImageServiceClient::new(
-                crust_daemon::connect(&socket).await,
-            );
-            client
-                .pull_image(pb::PullImageRequest {
-                    image: spec(r),
-                    ..Default::default()
-                })
-                .await
-        })
-    };
+    let pulling = spawn_pull(&c, r);
     wait_for_partial_download(&c).await;
     throttle.pause(true);
     let t = std::time::Instant::now();

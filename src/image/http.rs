@@ -178,18 +178,22 @@ pub fn transport(e: &(dyn std::error::Error + 'static), ep: &Endpoint) -> String
     let mut tls: Option<&rustls::Error> = None;
     let mut timeout = false;
     let mut root = e.to_string();
+    // The host actually asked (Docker Hub's API host for docker.io), else the endpoint's.
+    let mut host = ep.host.clone();
     for c in causes(e) {
         root = c.to_string();
         dns |= root.starts_with("dns error");
         if let Some(r) = c.downcast_ref::<reqwest::Error>() {
             timeout |= r.is_timeout();
+            if let Some(h) = r.url().and_then(|u| u.host_str()) {
+                h.clone_into(&mut host);
+            }
         }
         tls = tls.or_else(|| c.downcast_ref::<rustls::Error>());
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
             io_kind = io_kind.or(Some(io.kind()));
         }
     }
-    let host = ep.host.as_str();
     if let Some(t) = tls {
         return tls_problem(t, ep);
     }

@@ -35,6 +35,21 @@ pub fn require(tool: &str, package: &str) {
     );
 }
 
+/// Runs `openssl ARGS` in `dir` (keys and certificates for the token server and TLS registry).
+fn openssl(dir: &Path, args: &[&str]) {
+    require("openssl", "openssl");
+    let s = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        s.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+}
+
 pub enum Auth {
     None,
     Basic { user: String, password: String },
@@ -260,19 +275,7 @@ pub struct TokenServer {
 
 impl TokenServer {
     fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
-        require("openssl", "openssl");
-        let run = |args: &[&str]| {
-            let s = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .unwrap();
-            assert!(
-                s.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&s.stderr)
-            );
-        };
+        let run = |args: &[&str]| openssl(dir, args);
         run(&[
             "ecparam",
             "-name",
@@ -677,20 +680,8 @@ impl Drop for TlsRegistry {
 
 impl TlsRegistry {
     pub fn start(plain: &Registry) -> TlsRegistry {
-        require("openssl", "openssl");
         let dir = tempfile::tempdir().unwrap();
-        let run = |args: &[&str]| {
-            let s = Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .unwrap();
-            assert!(
-                s.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&s.stderr)
-            );
-        };
+        let run = |args: &[&str]| openssl(dir.path(), args);
         run(&[
             "req",
             "-x509",
