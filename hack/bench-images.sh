@@ -1,7 +1,8 @@
 #!/bin/bash
 # Image benchmark: cold/warm pull of a ~50 MB 5-layer image from a local registry, and
 # ListImages/ImageStatus latency with 100 images stored, against crust and, when installed,
-# containerd (Debian's 1.6, started here on temporary directories) in the same run.
+# containerd (Debian's 1.6, started here on temporary directories) in the same run, and each
+# daemon's memory: idle, peak during the runs, and after them (crust's held to a budget).
 # Needs root, docker-registry, and a release build (make bench builds it).
 # Usage: hack/bench-images.sh [--cold N] [--warm N] [--queries N]
 set -euo pipefail
@@ -22,6 +23,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
+kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+mb() { awk -v v="$1" 'BEGIN {printf "%.1f MB", v / 1024}'; }
+# Memory of a daemon: idle (before the runs), peak (VmHWM: during the pulls), and after (every
+# image removed, then QUIET seconds without pulls). crust's idle and after must stay within
+# BUDGET_KB; containerd's are printed beside for comparison.
+BUDGET_KB=${BUDGET_KB:-15360}
+QUIET=${QUIET:-7}
+run_measured() { # name pid endpoint args...
+  local name=$1 pid=$2 endpoint=$3; shift 3
+  sleep 1
+  local idle; idle=$(kb "$pid" VmRSS)
+  "$BIN/crust-bench-images" run --endpoint "$endpoint" --host "$HOST" --name "$name" "$@"
+  sleep "$QUIET"
+  local peak after; peak=$(kb "$pid" VmHWM); after=$(kb "$pid" VmRSS)
+  printf '%-12s %-28s idle=%s  peak=%s  after=%s\n' "$name" "memory (VmRSS)" \
+    "$(mb "$idle")" "$(mb "$peak")" "$(mb "$after")"
+  if [ "$name" = crust ] && { [ "$idle" -gt "$BUDGET_KB" ] || [ "$after" -gt "$BUDGET_KB" ]; }; then
+    echo "crust is over its memory budget of $(mb "$BUDGET_KB") (idle and after pulls)" >&2
+    return 1
+  fi
+}
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_for() { for _ in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.1; done; echo "timed out waiting for $1" >&2; return 1; }
 
@@ -42,8 +64,9 @@ mkdir -p "$W/crust"
 printf '[registry.mirrors."%s"]\nendpoints = ["http://%s"]\n' "$HOST" "$REG" > "$W/crust/config.toml"
 "$BIN/crust" serve --listen "$W/crust/crust.sock" --root "$W/crust/root" --state "$W/crust/state" \
   --config "$W/crust/config.toml" --log-level warn >"$W/crust/log" 2>&1 & PIDS+=($!)
+CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
-"$BIN/crust-bench-images" run --endpoint "unix://$W/crust/crust.sock" --host "$HOST" --name crust "$@"
+run_measured crust "$CRUST_PID" "unix://$W/crust/crust.sock" "$@"
 
 if command -v containerd >/dev/null; then
   echo "== containerd $(containerd --version | awk '{print $3}')"
@@ -64,9 +87,9 @@ state = "$C/state"
   config_path = "$C/certs.d"
 TOML
   containerd --config "$C/config.toml" >"$C/log" 2>&1 & PIDS+=($!)
+  CTRD_PID=$!
   wait_for "$C/containerd.sock"
-  sleep 1
-  "$BIN/crust-bench-images" run --endpoint "unix://$C/containerd.sock" --host "$HOST" --name containerd "$@"
+  run_measured containerd "$CTRD_PID" "unix://$C/containerd.sock" "$@"
 else
   echo "== containerd not installed: skipped (apt-get install containerd to compare)"
 fi

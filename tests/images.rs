@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crust::cri::pb;
 use crust_daemon::{Crust, mirror_config};
 use oci_build::{Comp, Node, busybox_layer, dir, file, image, index};
-use registry::{Auth, Registry, stalling_server};
+use registry::{Auth, Canned, Registry, Throttle, canned_registry, stalling_server};
 use serde_json::json;
 use tonic::Code;
 
@@ -83,6 +83,20 @@ async fn lowerdirs(c: &Crust, image: &str) -> Vec<PathBuf> {
         .iter()
         .map(|v| PathBuf::from(v.as_str().unwrap()))
         .collect()
+}
+
+/// An error a user reads: one short line, no transport chain, no HTML.
+fn assert_readable(e: &tonic::Status) {
+    let m = e.message();
+    assert!(m.len() < 400, "{} chars: {m}", m.len());
+    for noise in [
+        "error sending request",
+        "client error (Connect)",
+        "<html",
+        "\n",
+    ] {
+        assert!(!m.contains(noise), "{noise:?} in: {m}");
+    }
 }
 
 /// No download or unpack left anything half-done behind.
@@ -535,16 +549,69 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
     std::fs::write(&f, bytes).unwrap();
     let c = Crust::start(&mirror_config("registry.test", &reg.addr, ""));
 
+    let long_name = format!("registry.test/{}", "a/".repeat(5000));
+    let long_tag = format!("registry.test/good:{}", "t".repeat(5000));
     for bad in [
         "",
         "Registry.Test/UPPER",
         "registry.test/a//b",
         "registry.test/x:bad tag",
         "x@sha256:123",
+        "sha256:",
+        "@",
+        ":::",
+        "registry.test/x\0y",
+        "registry.test/\u{1f600}",
+        "registry.test:99999/x",
+        &long_name,
+        &long_tag,
     ] {
         let e = pull(&c, bad, None).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e}");
+        assert_readable(&e);
+        // The read and remove paths refuse it the same way (or find nothing), never panic.
+        let mut images = c.images().await;
+        let s = images
+            .image_status(pb::ImageStatusRequest {
+                image: spec(bad),
+                verbose: true,
+            })
+            .await;
+        assert!(
+            s.as_ref().map_or_else(
+                |e| e.code() == Code::InvalidArgument,
+                |r| r.get_ref().image.is_none()
+            ),
+            "{bad:?}: {s:?}"
+        );
+        let r = images
+            .remove_image(pb::RemoveImageRequest { image: spec(bad) })
+            .await;
+        assert!(
+            r.as_ref()
+                .map_or_else(|e| e.code() == Code::InvalidArgument, |_| true),
+            "{bad:?}: {r:?}"
+        );
     }
+    let e = c
+        .images()
+        .await
+        .pull_image(pb::PullImageRequest {
+            image: Some(pb::ImageSpec {
+                image: "registry.test/good:1".into(),
+                runtime_handler: "x".repeat(10_000),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("runc"),
+        "names the known handlers: {e}"
+    );
+    assert_readable(&e);
     let e = pull(&c, "registry.test/good:nope", None).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
     assert!(e.message().contains("good:nope"), "{e}");
@@ -596,9 +663,7 @@ async fn a_stalled_registry_aborts_the_pull() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pulls_share_one_download() {
     let reg = Registry::start(Auth::None);
-    let big: Vec<u8> = (0..8_000_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let big = oci_build::noise(0, 8_000_000);
     let img = image(
         &[(oci_build::tar(&[file("big", &big)]), Comp::Gzip)],
         json!({}),
@@ -821,4 +886,305 @@ async fn import_layouts_and_archives_while_the_daemon_runs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an OCI layout"));
     assert_store_clean(&c);
+}
+
+/// Answers of a registry that is broken or hostile, each refused with a clear error and
+/// without the daemon buffering the body.
+fn broken_registry(path: &str) -> Canned {
+    let manifest = |layer_size: i64, schema: u32| {
+        let d = oci_build::digest(b"x");
+        json!({
+            "schemaVersion": schema,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": d, "size": 1},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": layer_size}],
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let json = "application/vnd.oci.image.manifest.v1+json";
+    match path {
+        "/v2/" => Canned::Body(200, "application/json", b"{}".to_vec()),
+        "/v2/garbage/manifests/1" => Canned::Body(200, json, b"<html>portal</html>".to_vec()),
+        "/v2/endless/manifests/1" => Canned::Endless {
+            head: br#"{"schemaVersion":2,"layers":["#.to_vec(),
+            filler: br#"{"digest":"sha256:0","size":1},"#.repeat(1000),
+        },
+        "/v2/declared/manifests/1" => Canned::Declared(1 << 30),
+        "/v2/negative/manifests/1" => Canned::Body(200, json, manifest(-1, 2)),
+        "/v2/schema1/manifests/1" => Canned::Body(
+            200,
+            "application/vnd.docker.distribution.manifest.v1+prettyjws",
+            br#"{"schemaVersion":1,"name":"schema1","tag":"1","fsLayers":[]}"#.to_vec(),
+        ),
+        "/v2/html500/manifests/1" => Canned::Body(
+            500,
+            "text/html",
+            format!("<html>{}</html>", "oops ".repeat(100_000)).into_bytes(),
+        ),
+        "/v2/limited/manifests/1" => Canned::Body(
+            429,
+            "application/json",
+            br#"{"errors":[{"code":"TOOMANYREQUESTS","message":"pull rate limit exceeded"}]}"#
+                .to_vec(),
+        ),
+        _ => Canned::Body(
+            404,
+            "application/json",
+            br#"{"errors":[{"code":"NAME_UNKNOWN","message":"repository name not known"}]}"#
+                .to_vec(),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_registry_gets_clear_errors_and_no_memory() {
+    let (addr, _server) = canned_registry(broken_registry);
+    let c = Crust::start(&mirror_config("broken.test", &addr, ""));
+    let cases = [
+        ("garbage", Code::DataLoss, "malformed manifest"),
+        ("endless", Code::DataLoss, "larger than 4 MiB"),
+        ("declared", Code::DataLoss, "larger than 4 MiB"),
+        ("negative", Code::DataLoss, "negative size"),
+        ("schema1", Code::FailedPrecondition, "schema 1"),
+        ("html500", Code::Unavailable, "HTTP 500"),
+        ("limited", Code::Unavailable, "rate limit"),
+        ("nothere", Code::NotFound, "not found"),
+    ];
+    for (repo, code, words) in cases {
+        let e = pull(&c, &format!("broken.test/{repo}:1"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{repo}: {e}");
+        assert!(e.message().contains(words), "{repo}: {e}");
+        assert!(
+            e.message().contains(&addr),
+            "{repo}: names the registry: {e}"
+        );
+        assert_readable(&e);
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.pid())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        hwm_kb < 200 << 10,
+        "the daemon's peak RSS is {hwm_kb} kB: it buffered an endless manifest"
+    );
+    assert!(list(&c).await.is_empty());
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_and_untrusted_tls_say_which_setting_to_change() {
+    let reg = Registry::start(Auth::None);
+    let img = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("app", "1", &img).await;
+    let tls = registry::TlsRegistry::start(&reg);
+    let c = Crust::start(&format!(
+        "[registry.configs.\"{}\"]\nca_file = \"{}\"\n",
+        tls.addr,
+        tls.ca.display()
+    ));
+    // A plain-http registry named by its address only: crust speaks TLS to it and says how
+    // to allow plain http.
+    let e = pull(&c, &format!("{}/app:1", reg.addr), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e}");
+    assert!(
+        e.message()
+            .contains(&format!("[registry.mirrors.\"{}\"]", reg.addr)),
+        "{e}"
+    );
+    assert_readable(&e);
+    // The TLS registry with its CA configured works; a host without it is not trusted.
+    assert_eq!(
+        pull(&c, &format!("{}/app:1", tls.addr), None)
+            .await
+            .unwrap(),
+        img.id()
+    );
+    let other = Throttle::start(&tls.addr, 0);
+    let e = pull(&c, &format!("{}/app:1", other.addr), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e}");
+    assert!(
+        e.message().contains("not trusted") && e.message().contains("ca_file"),
+        "{e}"
+    );
+    assert_readable(&e);
+}
+
+/// A registry whose one layer is big enough that a throttled pull takes seconds.
+async fn slow_setup(
+    mib: usize,
+    extra_config: &str,
+) -> (Registry, Throttle, oci_build::Image, Crust) {
+    let reg = Registry::start(Auth::None);
+    let big = oci_build::noise(7, mib << 20);
+    let img = image(
+        &[
+            (oci_build::tar(&busybox_layer()), Comp::Gzip),
+            (oci_build::tar(&[file("big", &big)]), Comp::Gzip),
+        ],
+        json!({}),
+        "amd64",
+    );
+    reg.push("slow", "1", &img).await;
+    let throttle = Throttle::start(&reg.addr, 1 << 20);
+    let c = Crust::start(&mirror_config("slow.test", &throttle.addr, extra_config));
+    (reg, throttle, img, c)
+}
+
+/// Starts pulling `image` on its own connection; the handle yields PullImage's answer.
+fn spawn_pull(
+    c: &Crust,
+    image: &'static str,
+) -> tokio::task::JoinHandle<Result<String, tonic::Status>> {
+    let socket = c.socket();
+    tokio::spawn(async move {
+        let mut client =
+            pb::image_service_client::ImageServiceClient::new(crust_daemon::connect(&socket).await);
+        client
+            .pull_image(pb::PullImageRequest {
+                image: spec(image),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().image_ref)
+    })
+}
+
+/// Waits until a download has written something under `ingest/`.
+async fn wait_for_partial_download(c: &Crust) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let partial: u64 = std::fs::read_dir(c.root().join("images/ingest"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .max()
+            .unwrap_or(0);
+        if partial > 256 << 10 {
+            return partial;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no download started: {}",
+            c.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_mid_download_recovers_and_pulls_again() {
+    let (_reg, throttle, img, mut c) = slow_setup(6, "").await;
+    let r = "slow.test/slow:1";
+    let pulling = spawn_pull(&c, r);
+    wait_for_partial_download(&c).await;
+    c.kill9();
+    assert!(
+        pulling.await.unwrap().is_err(),
+        "the pull died with the daemon"
+    );
+    let partials = std::fs::read_dir(c.root().join("images/ingest"))
+        .unwrap()
+        .count();
+    assert!(partials > 0, "a partial download was on disk when it died");
+
+    throttle.set_rate(0);
+    c.restart();
+    assert_store_clean(&c);
+    assert!(list(&c).await.is_empty(), "nothing half-pulled is listed");
+    assert_eq!(pull(&c, r, None).await.unwrap(), img.id());
+    let lower = lowerdirs(&c, r).await;
+    assert_eq!(
+        std::fs::read(lower[0].join("big")).unwrap(),
+        oci_build::noise(7, 6 << 20)
+    );
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_list_and_remove_answer_during_a_pull() {
+    let (reg, throttle, img, c) = slow_setup(4, "").await;
+    // A stored image sharing the slow image's base layer.
+    let small = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({"Cmd": ["small"]}),
+        "amd64",
+    );
+    reg.push("small", "1", &small).await;
+    throttle.set_rate(0);
+    pull(&c, "slow.test/small:1", None).await.unwrap();
+    throttle.set_rate(1 << 20);
+
+    let r = "slow.test/slow:1";
+    let pulling = spawn_pull(&c, r);
+    wait_for_partial_download(&c).await;
+    let t = std::time::Instant::now();
+    assert_eq!(list(&c).await.len(), 1);
+    assert!(status(&c, "slow.test/small:1", false).await.image.is_some());
+    assert!(status(&c, r, false).await.image.is_none(), "not stored yet");
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(500),
+        "reads waited for the pull: {:?}",
+        t.elapsed()
+    );
+    // Removing the image being pulled (not stored yet) and the one whose layer it shares.
+    remove(&c, r).await;
+    remove(&c, "slow.test/small:1").await;
+    throttle.set_rate(0);
+    assert_eq!(pulling.await.unwrap().unwrap(), img.id());
+    let listed = list(&c).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, img.id());
+    for l in lowerdirs(&c, r).await {
+        assert!(l.is_dir(), "layer {} kept", l.display());
+    }
+    assert_eq!(
+        std::fs::read(lowerdirs(&c, r).await[1].join("bin/busybox")).unwrap(),
+        std::fs::read("/bin/busybox").unwrap(),
+        "the shared base layer survived the removal of the other image"
+    );
+    // Every blob the record names is present.
+    let info: serde_json::Value =
+        serde_json::from_str(&status(&c, r, true).await.info["info"]).unwrap();
+    let manifest = info["manifest"].as_str().unwrap();
+    assert!(
+        c.root()
+            .join("images/blobs/sha256")
+            .join(&manifest[7..])
+            .is_file()
+    );
+    assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_stops_mid_blob_aborts_the_pull() {
+    let (_reg, throttle, img, c) = slow_setup(4, "[image]\npull_progress_timeout_secs = 2\n").await;
+    let r = "slow.test/slow:1";
+    let pulling = spawn_pull(&c, r);
+    wait_for_partial_download(&c).await;
+    throttle.pause(true);
+    let t = std::time::Instant::now();
+    let e = pulling.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(e.message().contains("no progress for 2s"), "{e}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    assert_readable(&e);
+    assert_store_clean(&c);
+    throttle.pause(false);
+    throttle.set_rate(0);
+    assert_eq!(pull(&c, r, None).await.unwrap(), img.id());
 }

@@ -25,9 +25,10 @@ impl ImageServer {
     fn spec(&self, spec: Option<pb::ImageSpec>) -> Result<String, Status> {
         let spec = spec.ok_or_else(|| invalid("image spec is required"))?;
         if !spec.runtime_handler.is_empty() && !self.handlers.contains(&spec.runtime_handler) {
+            let shown: String = spec.runtime_handler.chars().take(64).collect();
             return Err(invalid(format!(
-                "unknown runtime handler {:?}",
-                spec.runtime_handler
+                "unknown runtime handler {shown:?} (this crust has: {})",
+                self.handlers.join(", ")
             )));
         }
         if spec.image.trim().is_empty() {

@@ -175,7 +175,9 @@ impl Ingest {
         let file = File::options().write(true).create_new(true).open(&path)?;
         Ok(Ingest {
             path,
-            file: Some(io::BufWriter::with_capacity(1 << 20, file)),
+            // Registry chunks are mostly 8-64 KiB; larger ones bypass the buffer. Kept under
+            // glibc's mmap threshold (see fetch.rs COPY_BUF).
+            file: Some(io::BufWriter::with_capacity(64 << 10, file)),
             hasher: Hasher::new(algorithm),
             size: 0,
         })
@@ -192,6 +194,10 @@ impl Ingest {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The digest of what was written so far.

@@ -50,7 +50,11 @@ impl Digest {
     }
     /// The sha256 digest of `bytes`.
     pub fn of(bytes: &[u8]) -> Digest {
-        let mut h = Hasher::new(Algorithm::Sha256);
+        Digest::compute(Algorithm::Sha256, bytes)
+    }
+    /// The digest of `bytes` with `algorithm`.
+    pub fn compute(algorithm: Algorithm, bytes: &[u8]) -> Digest {
+        let mut h = Hasher::new(algorithm);
         h.update(bytes);
         h.finish()
     }

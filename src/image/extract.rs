@@ -48,6 +48,9 @@ pub struct Extractor {
     dir_times: Vec<(PathBuf, Timespec)>,
     /// Paths this layer created, so a whiteout never hides the layer's own file.
     created: HashSet<PathBuf>,
+    /// File data passes through this one buffer (under glibc's mmap threshold, allocated once
+    /// per layer rather than once per file).
+    buf: Vec<u8>,
 }
 
 fn fs_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> UnpackError + 'a {
@@ -101,6 +104,7 @@ impl Extractor {
             parent_cache: None,
             dir_times: Vec::new(),
             created: HashSet::new(),
+            buf: vec![0u8; 64 << 10],
         }
     }
 
@@ -279,13 +283,12 @@ impl Extractor {
         }
         .map_err(fs_err("creating file", path))?;
         let mut file = std::fs::File::from(fd);
-        let mut buf = vec![0u8; 128 * 1024];
         loop {
-            let n = data.read(&mut buf).map_err(corrupt)?;
+            let n = data.read(&mut self.buf).map_err(corrupt)?;
             if n == 0 {
                 break;
             }
-            file.write_all(&buf[..n])
+            file.write_all(&self.buf[..n])
                 .map_err(|source| UnpackError::Fs {
                     op: "writing",
                     path: path.display().to_string(),

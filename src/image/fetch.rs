@@ -31,18 +31,36 @@ pub enum Source<'a> {
     },
 }
 
-impl Source<'_> {
-    fn local_path(&self, d: &Digest) -> Option<PathBuf> {
-        match self {
-            Source::Registry(_) => None,
-            Source::Local { dir, files } => Some(
-                files
-                    .get(d)
-                    .cloned()
-                    .unwrap_or_else(|| dir.join("blobs").join(d.algorithm().name()).join(d.hex())),
-            ),
-        }
+/// The layers of `m` with their diff ids (from the config) and chain ids.
+fn layer_refs(m: &Manifest, config: &ImageConfig) -> Result<Vec<LayerRef>, PullError> {
+    let diff_ids = &config.rootfs.diff_ids;
+    if diff_ids.len() != m.layers.len() {
+        return Err(PullError::Invalid(format!(
+            "the config lists {} diff ids for {} layers",
+            diff_ids.len(),
+            m.layers.len()
+        )));
     }
+    Ok(m.layers
+        .iter()
+        .zip(diff_ids)
+        .zip(chain_ids(diff_ids))
+        .map(|((l, diff), chain)| LayerRef {
+            blob: l.digest.clone(),
+            media_type: l.media_type.clone(),
+            size: l.size.max(0) as u64,
+            diff_id: diff.clone(),
+            chain_id: chain,
+        })
+        .collect())
+}
+
+/// Where a local source keeps blob `d`.
+fn local_path(dir: &Path, files: &HashMap<Digest, PathBuf>, d: &Digest) -> PathBuf {
+    files
+        .get(d)
+        .cloned()
+        .unwrap_or_else(|| dir.join("blobs").join(d.algorithm().name()).join(d.hex()))
 }
 
 /// An image about to be installed: its manifest (and the index it was chosen from, if any)
@@ -74,33 +92,13 @@ impl Images {
                 bad.media_type
             )));
         }
-        let _pin_config = self.pin(vec![m.config.digest.clone()]);
-        self.ensure_blob(src, &m.config).await?;
-        let config_path = self.paths.blob(&m.config.digest);
-        let config_bytes = std::fs::read(&config_path).map_err(local("reading", &config_path))?;
-        let config: ImageConfig =
-            manifest::parse_config(&config_bytes).map_err(|e| PullError::Invalid(e.to_string()))?;
-        let diff_ids = &config.rootfs.diff_ids;
-        if diff_ids.len() != m.layers.len() {
-            return Err(PullError::Invalid(format!(
-                "the config lists {} diff ids for {} layers",
-                diff_ids.len(),
-                m.layers.len()
-            )));
-        }
-        let layers: Vec<LayerRef> = m
-            .layers
-            .iter()
-            .zip(diff_ids)
-            .zip(chain_ids(diff_ids))
-            .map(|((l, diff), chain)| LayerRef {
-                blob: l.digest.clone(),
-                media_type: l.media_type.clone(),
-                size: l.size.max(0) as u64,
-                diff_id: diff.clone(),
-                chain_id: chain,
-            })
-            .collect();
+        // Pinned from the start, so a RemoveImage of the same image meanwhile (which collects
+        // what no record uses) cannot delete what this install is about to record.
+        let mut meta_keys = vec![c.manifest_digest.clone(), m.config.digest.clone()];
+        meta_keys.extend(c.index.as_ref().map(|(_, d)| d.clone()));
+        let _pin_meta = self.pin(meta_keys);
+        let config = self.config(src, &m.config).await?;
+        let layers = layer_refs(m, &config)?;
         let keys = layers
             .iter()
             .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
@@ -139,30 +137,42 @@ impl Images {
         self.commit(record).await
     }
 
+    /// Stores and reads the image config.
+    async fn config(&self, src: &Source<'_>, desc: &Descriptor) -> Result<ImageConfig, PullError> {
+        self.ensure_blob(src, desc).await?;
+        let path = self.paths.blob(&desc.digest);
+        let bytes = std::fs::read(&path).map_err(local("reading", &path))?;
+        manifest::parse_config(&bytes).map_err(|e| PullError::Invalid(e.to_string()))
+    }
+
     /// Saves `record` (merging names, moving tags) and publishes it. Blocking parts run on the
     /// blocking pool.
     async fn commit(&self, record: ImageRecord) -> Result<ImageRecord, PullError> {
-        let images = self;
         let id = record.id.clone();
         let result = tokio::task::block_in_place(|| {
-            images.with_store_lock(|table| {
+            self.with_store_lock(|table| {
                 let mut table = table.clone();
-                for changed in table.add(record) {
-                    if let Some(r) = table.get(&changed) {
-                        crate::store::save(&images.paths.record(&changed), r)?;
+                let changed = table.add(record);
+                // Images that lost a name are saved first, the new record last: a crash in
+                // between leaves the name on no image (the pull did not finish), never on two.
+                for c in changed.iter().filter(|c| **c != id).chain([&id]) {
+                    if let Some(r) = table.get(c) {
+                        crate::store::save(&self.paths.record(c), r)?;
                     }
                 }
-                images.publish(table)
+                let saved = table.get(&id).cloned();
+                self.publish(table)?;
+                Ok(saved)
             })
         });
-        result.map_err(|e| match e {
-            super::ImageError::Store(s) => PullError::Store(s),
-            super::ImageError::Io { what, path, source } => PullError::Local { what, path, source },
-            other => PullError::Invalid(format!("saving the image record: {other}")),
-        })?;
-        self.table()
-            .get(&id)
-            .cloned()
+        result
+            .map_err(|e| match e {
+                super::ImageError::Store(s) => PullError::Store(s),
+                super::ImageError::Io { what, path, source } => {
+                    PullError::Local { what, path, source }
+                }
+                other => PullError::Invalid(format!("saving the image record: {other}")),
+            })?
             .ok_or_else(|| PullError::Invalid("image record vanished".into()))
     }
 
@@ -203,11 +213,8 @@ impl Images {
                     .map_err(|_| PullError::Invalid("shutting down".into()))?;
                 download(session, desc, &mut ingest, size).await?;
             }
-            Source::Local { .. } => {
-                let path = src
-                    .local_path(&desc.digest)
-                    .expect("local source has paths");
-                copy_file(&path, &mut ingest)?;
+            Source::Local { dir, files } => {
+                copy_file(&local_path(dir, files, &desc.digest), &mut ingest)?
             }
         }
         self.commit_ingest(ingest, &desc.digest, size, &what).await
@@ -277,6 +284,10 @@ impl Images {
     }
 }
 
+/// Below glibc's default mmap threshold (128 KiB): a larger buffer, freed, raises that
+/// threshold and leaves later allocations in per-thread arenas the daemon never gives back.
+const COPY_BUF: usize = 64 << 10;
+
 /// Streams a blob from the registry into `ingest`, aborting when no data arrives for the
 /// progress timeout or when the registry sends more than the descriptor's size.
 async fn download(
@@ -293,11 +304,9 @@ async fn download(
         match next {
             None => return Ok(()),
             Some(Ok(chunk)) => {
-                ingest.write(&chunk).map_err(|e| PullError::Local {
-                    what: "writing",
-                    path: PathBuf::from("ingest"),
-                    source: e,
-                })?;
+                ingest
+                    .write(&chunk)
+                    .map_err(|e| local("writing", ingest.path())(e))?;
                 if let Some(expected) = size {
                     if ingest.size() > expected {
                         return Err(PullError::SizeMismatch {
@@ -318,10 +327,7 @@ async fn download(
                         actual: actual.to_string(),
                     });
                 }
-                return Err(PullError::Unreachable {
-                    registry: session.registry.clone(),
-                    detail: format!("{what}: {e}"),
-                });
+                return Err(session.stream_error(&e, &progress));
             }
         }
     }
@@ -331,7 +337,7 @@ fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
         .map_err(|_| PullError::Invalid(format!("blob file {} is missing", path.display())))?;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; COPY_BUF];
     loop {
         let n = f.read(&mut buf).map_err(local("reading", path))?;
         if n == 0 {

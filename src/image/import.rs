@@ -12,7 +12,9 @@ use serde::Deserialize;
 
 use super::digest::Digest;
 use super::fetch::{Candidate, Source};
-use super::manifest::{self, Descriptor, Document, Manifest, parse_document};
+use super::manifest::{
+    self, Descriptor, Document, Manifest, ManifestError, Resolved, parse_document, parse_manifest,
+};
 use super::reference::ImageRef;
 use super::{ImageError, ImageRecord, Images, PullError};
 
@@ -125,33 +127,18 @@ impl Images {
         for desc in &index.manifests {
             let names = layout_names(desc, base)?;
             let (top_bytes, top) = read_blob(dir, &desc.digest)?;
-            let (m, m_bytes, m_digest, nested) =
-                match parse_document(&top_bytes, Some(&desc.media_type))
-                    .map_err(|e| ImportError::Invalid(e.to_string()))?
-                {
-                    Document::Manifest(m) => (m, top_bytes, top.clone(), None),
-                    Document::Index(i) => {
-                        let entry = i.select(&self.settings.platform).ok_or_else(|| {
-                            ImportError::Invalid(format!(
-                                "{}: no manifest for {} (has: {})",
-                                desc.digest,
-                                self.settings.platform,
-                                i.platforms()
-                            ))
-                        })?;
-                        let (b, d) = read_blob(dir, &entry.digest)?;
-                        match parse_document(&b, Some(&entry.media_type))
-                            .map_err(|e| ImportError::Invalid(e.to_string()))?
-                        {
-                            Document::Manifest(m) => (m, b, d, Some((top_bytes, top.clone()))),
-                            Document::Index(_) => {
-                                return Err(ImportError::Invalid(
-                                    "nested image indexes are not supported".into(),
-                                ));
-                            }
-                        }
-                    }
-                };
+            let invalid = |e: ManifestError| ImportError::Invalid(format!("{}: {e}", desc.digest));
+            let resolved = parse_document(&top_bytes, Some(&desc.media_type))
+                .and_then(|doc| doc.for_platform(&self.settings.platform))
+                .map_err(invalid)?;
+            let (m, m_bytes, m_digest, nested) = match resolved {
+                Resolved::Manifest(m) => (m, top_bytes, top.clone(), None),
+                Resolved::Entry(entry) => {
+                    let (b, d) = read_blob(dir, &entry.digest)?;
+                    let m = parse_manifest(&b, Some(&entry.media_type)).map_err(invalid)?;
+                    (m, b, d, Some((top_bytes, top.clone())))
+                }
+            };
             let candidate = Candidate {
                 manifest: m,
                 manifest_bytes: m_bytes.into(),

@@ -104,6 +104,12 @@ pub enum Document {
     Manifest(Manifest),
 }
 
+/// overlayfs stacks at most this many lower layers (OVL_MAX_STACK), so an image with more can
+/// never run.
+pub const MAX_LAYERS: usize = 500;
+/// An image config is a few kilobytes; it is read whole into memory.
+pub const MAX_CONFIG_BYTES: i64 = 8 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("unsupported manifest media type {0:?}")]
@@ -113,16 +119,28 @@ pub enum ManifestError {
         what: &'static str,
         source: serde_json::Error,
     },
+    #[error(
+        "Docker schema 1 manifests are not supported (a deprecated format: push the image again with a current client)"
+    )]
+    Schema1,
     #[error("manifest schema version {0} is not supported (only 2)")]
     Schema(u32),
+    #[error("an image index inside an image index is not supported")]
+    NestedIndex,
+    #[error("no manifest for platform {wanted} (the index has: {offered})")]
+    NoPlatform { wanted: String, offered: String },
+    #[error("{0}")]
+    Limits(String),
 }
 
 /// Parses a manifest or index, telling them apart by the body's `mediaType` (or the
-/// `Content-Type` the registry sent, or the presence of `manifests`).
+/// `Content-Type` the registry sent, or the presence of `manifests`), and checks the sizes it
+/// declares.
 pub fn parse_document(bytes: &[u8], content_type: Option<&str>) -> Result<Document, ManifestError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Probe {
+        schema_version: Option<serde_json::Value>,
         media_type: Option<String>,
         manifests: Option<serde_json::Value>,
     }
@@ -130,20 +148,30 @@ pub fn parse_document(bytes: &[u8], content_type: Option<&str>) -> Result<Docume
         what: "manifest",
         source,
     })?;
+    let is_schema1 = |t: &str| t.starts_with("application/vnd.docker.distribution.manifest.v1");
+    match probe.schema_version.as_ref().and_then(|v| v.as_u64()) {
+        Some(1) => return Err(ManifestError::Schema1),
+        Some(2) | None => {}
+        Some(v) => return Err(ManifestError::Schema(v.min(u32::MAX as u64) as u32)),
+    }
     // The body's own mediaType is authoritative; the Content-Type header only breaks ties.
     let declared = probe.media_type.is_some();
     let media_type = probe.media_type.or_else(|| content_type.map(str::to_owned));
     let is_index = match media_type.as_deref() {
         Some(OCI_INDEX | DOCKER_LIST) => true,
         Some(OCI_MANIFEST | DOCKER_MANIFEST) => false,
+        Some(t) if is_schema1(t) => return Err(ManifestError::Schema1),
         Some(other) if declared => return Err(ManifestError::MediaType(other.to_owned())),
         _ => probe.manifests.is_some(),
     };
     if is_index {
-        let index = serde_json::from_slice(bytes).map_err(|source| ManifestError::Json {
+        let index: Index = serde_json::from_slice(bytes).map_err(|source| ManifestError::Json {
             what: "image index",
             source,
         })?;
+        if let Some(d) = index.manifests.iter().find(|d| d.size < 0) {
+            return Err(negative(d));
+        }
         return Ok(Document::Index(index));
     }
     let m: Manifest = serde_json::from_slice(bytes).map_err(|source| ManifestError::Json {
@@ -153,7 +181,69 @@ pub fn parse_document(bytes: &[u8], content_type: Option<&str>) -> Result<Docume
     if m.schema_version != 2 {
         return Err(ManifestError::Schema(m.schema_version));
     }
+    m.check_limits()?;
     Ok(Document::Manifest(m))
+}
+
+/// Parses what an index entry points to, which must be an image manifest.
+pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Manifest, ManifestError> {
+    match parse_document(bytes, content_type)? {
+        Document::Manifest(m) => Ok(m),
+        Document::Index(_) => Err(ManifestError::NestedIndex),
+    }
+}
+
+fn negative(d: &Descriptor) -> ManifestError {
+    ManifestError::Limits(format!("descriptor {} has a negative size", d.digest))
+}
+
+impl Manifest {
+    /// Sizes are checked before anything is downloaded: a download stops at the declared size,
+    /// so a negative one would leave it unbounded.
+    fn check_limits(&self) -> Result<(), ManifestError> {
+        if let Some(d) = std::iter::once(&self.config)
+            .chain(&self.layers)
+            .find(|d| d.size < 0)
+        {
+            return Err(negative(d));
+        }
+        if self.config.size > MAX_CONFIG_BYTES {
+            return Err(ManifestError::Limits(format!(
+                "image config is {} bytes; at most {} MiB is accepted",
+                self.config.size,
+                MAX_CONFIG_BYTES >> 20
+            )));
+        }
+        if self.layers.len() > MAX_LAYERS {
+            return Err(ManifestError::Limits(format!(
+                "image has {} layers; overlayfs stacks at most {MAX_LAYERS}",
+                self.layers.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a top-level document stands for on this machine: the image manifest itself, or the
+/// index entry for `platform`, still to be fetched.
+pub enum Resolved {
+    Manifest(Manifest),
+    Entry(Descriptor),
+}
+
+impl Document {
+    pub fn for_platform(self, platform: &Platform) -> Result<Resolved, ManifestError> {
+        match self {
+            Document::Manifest(m) => Ok(Resolved::Manifest(m)),
+            Document::Index(idx) => match idx.select(platform) {
+                Some(d) => Ok(Resolved::Entry(d.clone())),
+                None => Err(ManifestError::NoPlatform {
+                    wanted: platform.to_string(),
+                    offered: idx.platforms(),
+                }),
+            },
+        }
+    }
 }
 
 impl Index {
@@ -372,6 +462,16 @@ mod tests {
         assert!(matches!(
             parse_document(i.as_bytes(), None),
             Ok(Document::Index(_))
+        ));
+        let v1 = r#"{"schemaVersion":1,"name":"x","fsLayers":[]}"#;
+        assert!(matches!(
+            parse_document(v1.as_bytes(), None),
+            Err(ManifestError::Schema1)
+        ));
+        let neg = m.replace(r#""size":2"#, r#""size":-1"#);
+        assert!(matches!(
+            parse_document(neg.as_bytes(), None),
+            Err(ManifestError::Limits(_))
         ));
         let weird = r#"{"schemaVersion":2,"mediaType":"application/x-thing"}"#;
         assert!(matches!(

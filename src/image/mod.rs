@@ -1,7 +1,10 @@
 //! Images: pulling from OCI registries, the content store, unpacked layers, image records, and
 //! what the container module needs to build a root filesystem. One file per verb (`pull.rs`,
 //! `remove.rs`, `status.rs`, `import.rs`, `fsinfo.rs`, `rootfs.rs`); this file holds the
-//! `Images` service and what the verbs share.
+//! `Images` service and what the verbs share. Registry access is `registry.rs` (endpoints,
+//! credentials, oci-client sessions) and `http.rs` (size-capped manifest requests, one-line
+//! transport errors); `fetch.rs` gets content into the store for pulls and imports alike;
+//! `idle.rs` gives memory back when pulls go quiet.
 //!
 //! Ownership: `Images` owns `<root>/images` (layout in `content.rs`). Container writable layers
 //! live in `<root>/containers`, which only `fsinfo.rs` reads here.
@@ -25,6 +28,8 @@ mod digest;
 mod extract;
 mod fetch;
 mod fsinfo;
+mod http;
+mod idle;
 mod import;
 mod manifest;
 mod pull;
@@ -67,10 +72,13 @@ pub enum ImageError {
     NotFound(String),
     #[error("image id prefix {0:?} matches more than one image")]
     Ambiguous(String),
-    #[error("pulling {reference}: {error}")]
+    #[error("pulling {reference}: {error}{}", also_tried(.also))]
     Pull {
         reference: String,
+        /// The failure that says most (see `pull.rs`).
         error: Box<PullError>,
+        /// What the other endpoints answered, one short line each.
+        also: Vec<String>,
     },
     #[error("importing {path}: {error}")]
     Import {
@@ -114,9 +122,10 @@ pub enum PullError {
     Layer { blob: Digest, error: UnpackError },
     #[error("no progress for {secs}s while {what}; aborted")]
     Stalled { what: String, secs: u64 },
-    #[error("{registry} unreachable: {detail}")]
+    #[error("cannot reach {registry}: {detail}")]
     Unreachable { registry: String, detail: String },
-    #[error("{registry}: {detail}")]
+    /// `detail` continues the sentence after the endpoint ("answered HTTP 500 for ...").
+    #[error("{registry} {detail}")]
     Registry { registry: String, detail: String },
     #[error("{0}")]
     Unsupported(String),
@@ -130,6 +139,14 @@ pub enum PullError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+fn also_tried(also: &[String]) -> String {
+    if also.is_empty() {
+        String::new()
+    } else {
+        format!("; also tried: {}", also.join("; "))
+    }
 }
 
 impl PullError {
@@ -193,6 +210,7 @@ pub struct Images {
     downloads: tokio::sync::Semaphore,
     unpacks: tokio::sync::Semaphore,
     layer_usage: Mutex<HashMap<Digest, unpack::LayerMeta>>,
+    pulls: idle::PullActivity,
 }
 
 #[derive(Clone)]
@@ -288,6 +306,7 @@ impl Images {
             blob_locks: KeyedLocks::default(),
             layer_locks: KeyedLocks::default(),
             layer_usage: Mutex::new(HashMap::new()),
+            pulls: idle::PullActivity::default(),
         };
         images.reload(true)?;
         if recover {

@@ -2,9 +2,9 @@
 //! itself), pick this platform's manifest from an index, and install the image.
 
 use super::fetch::{Candidate, Source};
-use super::manifest::{Document, parse_document};
+use super::manifest::{ManifestError, Resolved, parse_document, parse_manifest};
 use super::reference::ImageRef;
-use super::registry::{Credentials, Endpoint};
+use super::registry::{Credentials, Endpoint, Session};
 use super::{ImageError, ImageRecord, Images, PullError};
 
 impl Images {
@@ -16,6 +16,7 @@ impl Images {
         creds: &Credentials,
     ) -> Result<ImageRecord, ImageError> {
         let image = ImageRef::parse(reference)?;
+        let _busy = self.pulls.begin();
         let endpoints = self.registries.endpoints(&image.domain);
         let mut failures: Vec<(Endpoint, PullError)> = Vec::new();
         for (i, ep) in endpoints.iter().enumerate() {
@@ -34,30 +35,7 @@ impl Images {
                 }
             }
         }
-        // Report a definite answer (not found, refused, corrupt) over "could not connect": with
-        // mirrors configured, the upstream is often unreachable by design.
-        let pick = failures
-            .iter()
-            .position(|(_, e)| {
-                !matches!(e, PullError::Unreachable { .. } | PullError::Stalled { .. })
-            })
-            .unwrap_or(failures.len() - 1);
-        let (_, last) = failures.remove(pick);
-        let mut reference = image.to_string();
-        if !failures.is_empty() {
-            let tried: Vec<String> = failures
-                .iter()
-                .map(|(ep, e)| format!("{ep}: {e}"))
-                .collect();
-            reference = format!(
-                "{reference} (other endpoints failed too: {})",
-                tried.join("; ")
-            );
-        }
-        Err(ImageError::Pull {
-            reference,
-            error: Box::new(last),
-        })
+        Err(pull_failure(image.to_string(), failures))
     }
 
     async fn pull_from(
@@ -72,35 +50,19 @@ impl Images {
             (None, Some(t)) => t.clone(),
             (None, None) => "latest".to_owned(),
         };
-        let (top_bytes, top_digest) = session.manifest(&wanted).await?;
-        let invalid = |e: super::manifest::ManifestError| PullError::Invalid(e.to_string());
-        let (manifest, manifest_bytes, manifest_digest, index) =
-            match parse_document(&top_bytes, None).map_err(invalid)? {
-                Document::Manifest(m) => (m, top_bytes, top_digest.clone(), None),
-                Document::Index(idx) => {
-                    let entry =
-                        idx.select(&self.settings.platform)
-                            .ok_or_else(|| PullError::NotFound {
-                                registry: session.registry.clone(),
-                                what: format!(
-                                    "a manifest for platform {} in {image} (it has: {})",
-                                    self.settings.platform,
-                                    idx.platforms()
-                                ),
-                            })?;
-                    let (bytes, digest) = session.manifest(&entry.digest.to_string()).await?;
-                    match parse_document(&bytes, None).map_err(invalid)? {
-                        Document::Manifest(m) => {
-                            (m, bytes, digest, Some((top_bytes, top_digest.clone())))
-                        }
-                        Document::Index(_) => {
-                            return Err(PullError::Unsupported(format!(
-                                "{image}: nested image indexes are not supported"
-                            )));
-                        }
-                    }
-                }
-            };
+        let (top_bytes, top_digest, content_type) = session.manifest(&wanted).await?;
+        let bad = |e| manifest_error(&session, e);
+        let resolved = parse_document(&top_bytes, content_type.as_deref())
+            .and_then(|doc| doc.for_platform(&self.settings.platform))
+            .map_err(bad)?;
+        let (manifest, manifest_bytes, manifest_digest, index) = match resolved {
+            Resolved::Manifest(m) => (m, top_bytes, top_digest.clone(), None),
+            Resolved::Entry(entry) => {
+                let (bytes, digest, ct) = session.manifest(&entry.digest.to_string()).await?;
+                let m = parse_manifest(&bytes, ct.as_deref()).map_err(bad)?;
+                (m, bytes, digest, Some((top_bytes, top_digest.clone())))
+            }
+        };
         let candidate = Candidate {
             manifest,
             manifest_bytes,
@@ -114,5 +76,98 @@ impl Images {
             repo_digests: vec![image.digested(&top_digest)],
         };
         self.install(&Source::Registry(&session), candidate).await
+    }
+}
+
+/// A document the registry sent that crust cannot use, said with where it came from.
+fn manifest_error(session: &Session, e: ManifestError) -> PullError {
+    let registry = session.registry.clone();
+    match e {
+        ManifestError::NoPlatform { wanted, offered } => PullError::NotFound {
+            registry,
+            what: format!("a manifest for {wanted} (the index offers {offered})"),
+        },
+        ManifestError::Schema1
+        | ManifestError::Schema(_)
+        | ManifestError::MediaType(_)
+        | ManifestError::NestedIndex => PullError::Unsupported(format!("{registry}: {e}")),
+        ManifestError::Json { .. } | ManifestError::Limits(_) => {
+            PullError::Invalid(format!("{registry}: {e}"))
+        }
+    }
+}
+
+/// One error for a pull that failed everywhere: the most telling failure first (a definite
+/// answer such as not found, refused or corrupt beats a stall, which beats "could not
+/// connect": with mirrors configured the upstream is often unreachable by design; among equals
+/// the first endpoint tried), the other endpoints after it.
+fn pull_failure(reference: String, mut failures: Vec<(Endpoint, PullError)>) -> ImageError {
+    let rank = |e: &PullError| match e {
+        PullError::Unreachable { .. } => 2,
+        PullError::Stalled { .. } => 1,
+        _ => 0,
+    };
+    let pick = (0..failures.len())
+        .min_by_key(|&i| rank(&failures[i].1))
+        .unwrap_or(0);
+    let error = if failures.is_empty() {
+        PullError::Unsupported("no registry endpoint to pull from".into())
+    } else {
+        failures.remove(pick).1
+    };
+    ImageError::Pull {
+        reference,
+        error: Box::new(error),
+        also: failures.iter().map(|(ep, e)| short(ep, e)).collect(),
+    }
+}
+
+/// A failure at another endpoint, without repeating the endpoint when the error names it.
+fn short(ep: &Endpoint, e: &PullError) -> String {
+    let text = e.to_string();
+    let name = ep.to_string();
+    if text.contains(&name) {
+        text
+    } else {
+        format!("{name}: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(host: &str, plain: bool) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            plain_http: plain,
+            upstream: !plain,
+        }
+    }
+
+    #[test]
+    fn the_definite_failure_leads_and_the_others_follow() {
+        let failures = vec![
+            (
+                ep("docker.io", false),
+                PullError::Unreachable {
+                    registry: "https://docker.io".into(),
+                    detail: "cannot resolve docker.io".into(),
+                },
+            ),
+            (
+                ep("127.0.0.1:5000", true),
+                PullError::NotFound {
+                    registry: "http://127.0.0.1:5000".into(),
+                    what: "library/busybox:typo".into(),
+                },
+            ),
+        ];
+        let e = pull_failure("docker.io/library/busybox:typo".into(), failures);
+        assert_eq!(
+            e.to_string(),
+            "pulling docker.io/library/busybox:typo: library/busybox:typo not found on \
+             http://127.0.0.1:5000; also tried: cannot reach https://docker.io: cannot resolve docker.io"
+        );
     }
 }

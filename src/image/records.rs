@@ -57,7 +57,12 @@ pub struct Table {
 }
 
 impl Table {
+    /// Builds the table, oldest record first, so that should two records claim a name (they
+    /// cannot through `add`, but records come from disk) the newest keeps it, whatever order
+    /// the directory lists them in.
     pub fn from_records(records: impl IntoIterator<Item = ImageRecord>) -> Table {
+        let mut records: Vec<ImageRecord> = records.into_iter().collect();
+        records.sort_by(|a, b| (a.stored_at, &a.id).cmp(&(b.stored_at, &b.id)));
         let mut t = Table::default();
         for r in records {
             t.add(r);
@@ -178,6 +183,22 @@ pub(crate) mod tests {
             Digest::of(b"b")
         );
         assert_eq!(t.by_id_prefix(&Digest::of(b"a").hex()[..5]).len(), 1);
+    }
+
+    #[test]
+    fn a_name_claimed_twice_on_disk_goes_to_the_newest_record() {
+        let mut old = record(b"old", &["docker.io/library/x:1"]);
+        old.stored_at = 10;
+        let mut new = record(b"new", &["docker.io/library/x:1"]);
+        new.stored_at = 20;
+        for records in [
+            vec![old.clone(), new.clone()],
+            vec![new.clone(), old.clone()],
+        ] {
+            let t = Table::from_records(records);
+            assert_eq!(t.by_name("docker.io/library/x:1").unwrap().id, new.id);
+            assert!(t.get(&old.id).unwrap().repo_tags.is_empty());
+        }
     }
 
     #[test]

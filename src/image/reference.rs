@@ -12,6 +12,9 @@ const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
 const OFFICIAL_REPO_PREFIX: &str = "library/";
 const DEFAULT_TAG: &str = "latest";
 const MAX_NAME_LEN: usize = 255;
+const MAX_TAG_LEN: usize = 128;
+/// How much of a rejected reference an error message repeats.
+const SHOWN_CHARS: usize = 100;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid image reference {reference:?}: {reason}")]
@@ -35,7 +38,7 @@ impl ImageRef {
     /// Parses `s`, filling in the docker.io domain and the `latest` tag when absent.
     pub fn parse(s: &str) -> Result<ImageRef, ReferenceError> {
         let err = |reason| ReferenceError {
-            reference: s.to_owned(),
+            reference: shown(s),
             reason,
         };
         if s.is_empty() {
@@ -55,6 +58,9 @@ impl ImageRef {
             None => (rest, None),
         };
         if let Some(t) = tag {
+            if t.len() > MAX_TAG_LEN {
+                return Err(err("tag longer than 128 characters"));
+            }
             if !valid_tag(t) {
                 return Err(err("bad tag"));
             }
@@ -111,6 +117,14 @@ impl fmt::Display for ImageRef {
             write!(f, "@{d}")?;
         }
         Ok(())
+    }
+}
+
+/// A reference as an error repeats it: at most `SHOWN_CHARS` characters.
+fn shown(s: &str) -> String {
+    match s.char_indices().nth(SHOWN_CHARS) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
     }
 }
 
@@ -171,7 +185,7 @@ fn valid_tag(t: &str) -> bool {
     let word = |x: u8| x.is_ascii_alphanumeric() || x == b'_';
     let b = t.as_bytes();
     !b.is_empty()
-        && b.len() <= 128
+        && b.len() <= MAX_TAG_LEN
         && word(b[0])
         && b.iter().all(|&x| word(x) || x == b'.' || x == b'-')
 }
@@ -270,5 +284,9 @@ mod tests {
         ] {
             assert!(ImageRef::parse(bad).is_err(), "{bad:?} should be rejected");
         }
+        let long = format!("x:{}", "t".repeat(10_000));
+        let e = ImageRef::parse(&long).unwrap_err();
+        assert_eq!(e.reason, "tag longer than 128 characters");
+        assert!(e.to_string().len() < 200, "{e}");
     }
 }

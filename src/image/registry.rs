@@ -1,6 +1,7 @@
 //! Talking to registries: which endpoints to try for a host (configured mirrors in order, then
-//! the host itself), the `oci-client` client for each, credentials from the CRI request, and
-//! turning registry failures into `PullError`s that say what was wrong.
+//! the host itself), the `oci-client` client for each (authentication and blobs; manifests go
+//! through `http.rs`, which caps their size), credentials from the CRI request, and turning
+//! registry failures into `PullError`s that say what was wrong in one line.
 //!
 //! Credentials from a request are sent only to the image's own registry, never to a mirror.
 //! They are never logged: `Credentials` redacts itself in `Debug`.
@@ -19,9 +20,10 @@ use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, RegistryOperation};
 
-use super::digest::Digest;
+use super::digest::{Algorithm, Digest};
+use super::http::{self, AuthHeader, FetchError, Tls};
 use super::manifest::{ACCEPTED_MANIFESTS, Descriptor};
-use super::reference::ImageRef;
+use super::reference::{DEFAULT_DOMAIN, ImageRef};
 use super::{ImageSettings, PullError};
 use crate::config::{RegistryConfig, endpoint_host};
 
@@ -106,8 +108,8 @@ impl std::fmt::Display for Endpoint {
 pub struct Registries {
     config: RegistryConfig,
     timeout: Duration,
-    /// Anonymous clients per endpoint, kept for their connection pools and tokens.
-    anonymous: Mutex<HashMap<String, Client>>,
+    /// Clients per endpoint, kept for their connection pools and (anonymous) tokens.
+    clients: Mutex<HashMap<String, (Client, reqwest::Client)>>,
 }
 
 /// rustls needs one crypto provider per process; crust uses ring.
@@ -124,7 +126,7 @@ impl Registries {
         Registries {
             config: settings.registry.clone(),
             timeout: settings.progress_timeout,
-            anonymous: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
         }
     }
 
@@ -163,48 +165,67 @@ impl Registries {
         out
     }
 
-    fn client(&self, ep: &Endpoint, fresh: bool) -> Result<Client, PullError> {
-        let key = ep.to_string();
-        if !fresh {
-            if let Some(c) = super::lock(&self.anonymous).get(&key) {
-                return Ok(c.clone());
-            }
-        }
+    fn tls(&self, ep: &Endpoint) -> Result<Tls, PullError> {
         let host_cfg = self
             .config
             .configs
             .get(&ep.host)
             .cloned()
             .unwrap_or_default();
-        let mut extra = Vec::new();
-        if let Some(ca) = &host_cfg.ca_file {
-            let data = std::fs::read(ca).map_err(super::local("reading CA file", ca))?;
-            extra.push(Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            });
+        let ca_pem = match &host_cfg.ca_file {
+            Some(ca) => Some(std::fs::read(ca).map_err(super::local("reading CA file", ca))?),
+            None => None,
+        };
+        Ok(Tls {
+            ca_pem,
+            insecure_skip_verify: host_cfg.insecure_skip_verify,
+        })
+    }
+
+    /// The oci-client client (a new one when `fresh`: an authenticated session must not share
+    /// its token cache) and the plain client for `ep`.
+    fn clients(&self, ep: &Endpoint, fresh: bool) -> Result<(Client, reqwest::Client), PullError> {
+        let key = ep.to_string();
+        let cached = super::lock(&self.clients).get(&key).cloned();
+        if let Some((oci, http)) = &cached {
+            if !fresh {
+                return Ok((oci.clone(), http.clone()));
+            }
         }
+        let tls = self.tls(ep)?;
+        let setup = |e: String| PullError::Registry {
+            registry: ep.to_string(),
+            detail: format!("could not be set up: {e}"),
+        };
         let config = ClientConfig {
             protocol: if ep.plain_http {
                 ClientProtocol::Http
             } else {
                 ClientProtocol::Https
             },
-            accept_invalid_certificates: host_cfg.insecure_skip_verify,
-            extra_root_certificates: extra,
+            accept_invalid_certificates: tls.insecure_skip_verify,
+            extra_root_certificates: tls
+                .ca_pem
+                .iter()
+                .map(|pem| Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data: pem.clone(),
+                })
+                .collect(),
             connect_timeout: Some(self.timeout),
             read_timeout: Some(self.timeout),
             user_agent: concat!("crust/", env!("CARGO_PKG_VERSION")),
             ..Default::default()
         };
-        let client = Client::try_from(config).map_err(|e| PullError::Registry {
-            registry: ep.host.clone(),
-            detail: format!("setting up the client: {e}"),
-        })?;
+        let oci = Client::try_from(config).map_err(|e| setup(e.to_string()))?;
+        let http = match cached {
+            Some((_, http)) => http,
+            None => http::client(&tls, self.timeout).map_err(|e| setup(e.to_string()))?,
+        };
         if !fresh {
-            super::lock(&self.anonymous).insert(key, client.clone());
+            super::lock(&self.clients).insert(key, (oci.clone(), http.clone()));
         }
-        Ok(client)
+        Ok((oci, http))
     }
 
     /// Opens a session for `image` on `ep`, authenticating first when credentials apply.
@@ -219,8 +240,7 @@ impl Registries {
         } else {
             Auth::Anonymous
         };
-        let anonymous = matches!(auth, Auth::Anonymous);
-        let client = self.client(ep, !anonymous)?;
+        let (client, http) = self.clients(ep, !matches!(auth, Auth::Anonymous))?;
         let mut reference = oci_client::Reference::with_tag(
             image.domain.clone(),
             image.path.clone(),
@@ -232,53 +252,68 @@ impl Registries {
         }
         let session = Session {
             client,
+            http,
             reference,
             auth: RegistryAuth::Anonymous,
-            registry: ep.host.clone(),
+            header: AuthHeader::None,
+            endpoint: ep.clone(),
+            registry: ep.to_string(),
             timeout: self.timeout,
         };
-        session.authenticate(auth, ep, &image.path).await
+        session.authenticate(auth).await
     }
 }
 
 /// A client bound to one repository on one endpoint.
 pub struct Session {
     client: Client,
+    http: reqwest::Client,
     reference: oci_client::Reference,
     auth: RegistryAuth,
+    /// What crust's own requests send (the token oci-client obtained, or basic credentials).
+    header: AuthHeader,
+    endpoint: Endpoint,
+    /// The endpoint as messages name it (`https://host`).
     pub registry: String,
     timeout: Duration,
 }
 
 impl Session {
-    async fn authenticate(
-        mut self,
-        auth: Auth,
-        ep: &Endpoint,
-        repo: &str,
-    ) -> Result<Session, PullError> {
+    /// Authenticates with oci-client's challenge flow, which caches the token for the blob
+    /// requests it makes, and keeps the token for crust's own manifest requests.
+    async fn authenticate(mut self, auth: Auth) -> Result<Session, PullError> {
+        let mut basic = None;
         self.auth = match auth {
             Auth::Anonymous => RegistryAuth::Anonymous,
-            Auth::Basic(u, p) => RegistryAuth::Basic(u, p),
+            Auth::Basic(u, p) => {
+                basic = Some((u.clone(), p.clone()));
+                RegistryAuth::Basic(u, p)
+            }
             Auth::Bearer(t) => RegistryAuth::Bearer(t),
             Auth::Identity(t) => {
                 let what = format!("exchanging the identity token at {}", self.registry);
-                let token = self
-                    .within(&what, super::token::exchange(ep, repo, &t, self.timeout))
-                    .await??;
-                RegistryAuth::Bearer(token)
+                let exchange = super::token::exchange(
+                    &self.http,
+                    &self.endpoint,
+                    self.reference.repository(),
+                    &t,
+                );
+                RegistryAuth::Bearer(self.within(&what, exchange).await??)
             }
         };
-        // Anonymous sessions get their (anonymous) token lazily; failures surface as 401s.
-        if !matches!(self.auth, RegistryAuth::Anonymous) {
-            let what = format!("authenticating to {}", self.registry);
-            let r = self
-                .client
-                .auth(&self.reference, &self.auth, RegistryOperation::Pull);
-            self.within(&what, r)
-                .await?
-                .map_err(|e| self.classify(e, "credentials"))?;
-        }
+        let what = format!("authenticating to {}", self.registry);
+        let r = self
+            .client
+            .auth(&self.reference, &self.auth, RegistryOperation::Pull);
+        let token = self
+            .within(&what, r)
+            .await?
+            .map_err(|e| self.classify(e, "credentials"))?;
+        self.header = match (token, basic) {
+            (Some(t), _) => AuthHeader::Bearer(t),
+            (None, Some((u, p))) => AuthHeader::Basic(u, p),
+            (None, None) => AuthHeader::None,
+        };
         Ok(self)
     }
 
@@ -292,48 +327,72 @@ impl Session {
             })
     }
 
-    /// Fetches the manifest or index named by `tag_or_digest`; returns its bytes and digest
-    /// (verified against the digest when one was asked for).
-    pub async fn manifest(&self, tag_or_digest: &str) -> Result<(Bytes, Digest), PullError> {
-        let r = if tag_or_digest.contains(':') {
-            self.reference.clone_with_digest(tag_or_digest.to_owned())
-        } else {
-            let mut r = oci_client::Reference::with_tag(
-                self.reference.registry().to_owned(),
-                self.reference.repository().to_owned(),
-                tag_or_digest.to_owned(),
-            );
-            if let Some(m) = self.mirror() {
-                r.set_mirror_registry(m);
-            }
-            r
+    /// Fetches the manifest or index named by `tag_or_digest`; returns its bytes, digest
+    /// (verified against the digest when one was asked for, and against the registry's
+    /// `Docker-Content-Digest`) and Content-Type. Bodies over `MAX_MANIFEST_BYTES` are refused.
+    pub async fn manifest(
+        &self,
+        tag_or_digest: &str,
+    ) -> Result<(Bytes, Digest, Option<String>), PullError> {
+        let repo = self.reference.repository();
+        let wanted: Option<Digest> = tag_or_digest.parse().ok();
+        let what = match &wanted {
+            Some(d) => format!("{repo}@{d}"),
+            None => format!("{repo}:{tag_or_digest}"),
         };
-        let what = format!("manifest {}:{tag_or_digest}", self.reference.repository());
-        let fetch = self
-            .client
-            .pull_manifest_raw(&r, &self.auth, ACCEPTED_MANIFESTS);
-        let (bytes, digest) = self
+        let url = format!(
+            "{}/v2/{repo}/manifests/{tag_or_digest}{}",
+            self.base_url(),
+            self.reference
+                .namespace()
+                .map(|ns| format!("?ns={ns}"))
+                .unwrap_or_default(),
+        );
+        let rb = self
+            .http
+            .get(url)
+            .header(reqwest::header::ACCEPT, ACCEPTED_MANIFESTS.join(", "));
+        let fetch = http::fetch(self.header.apply(rb), http::MAX_MANIFEST_BYTES);
+        let fetched = self
             .within(&format!("fetching {what} from {}", self.registry), fetch)
             .await?
-            .map_err(|e| self.classify(e, &what))?;
-        let digest: Digest = digest.parse().map_err(|_| PullError::Registry {
-            registry: self.registry.clone(),
-            detail: format!("bad manifest digest {digest:?}"),
-        })?;
-        let actual = Digest::of(&bytes);
-        if actual != digest {
-            return Err(PullError::DigestMismatch {
-                what,
-                expected: digest.to_string(),
-                actual: actual.to_string(),
-            });
+            .map_err(|e| match e {
+                FetchError::Transport(t) => self.unreachable(&t),
+                FetchError::TooLarge { limit } => PullError::Invalid(format!(
+                    "{} sent a manifest for {what} larger than {} MiB",
+                    self.registry,
+                    limit >> 20
+                )),
+            })?;
+        if !fetched.status.is_success() {
+            return Err(self.status_error(fetched.status.as_u16(), &fetched.body, &what));
         }
-        Ok((bytes, digest))
+        let claimed: Option<Digest> = fetched.digest.as_deref().and_then(|d| d.parse().ok());
+        let expected = wanted.or(claimed);
+        let algorithm = expected
+            .as_ref()
+            .map_or(Algorithm::Sha256, Digest::algorithm);
+        let actual = Digest::compute(algorithm, &fetched.body);
+        if let Some(expected) = expected {
+            if actual != expected {
+                return Err(PullError::DigestMismatch {
+                    what: format!("manifest {what}"),
+                    expected: expected.to_string(),
+                    actual: actual.to_string(),
+                });
+            }
+        }
+        Ok((fetched.body, actual, fetched.content_type))
     }
 
-    fn mirror(&self) -> Option<String> {
-        let resolved = self.reference.resolve_registry();
-        (resolved != self.reference.registry()).then(|| resolved.to_owned())
+    /// `scheme://host` of the endpoint as oci-client addresses it (Docker Hub's API host).
+    fn base_url(&self) -> String {
+        let scheme = if self.endpoint.plain_http {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{}", self.reference.resolve_registry())
     }
 
     /// Starts streaming a blob.
@@ -351,66 +410,119 @@ impl Session {
             .map_err(|e| self.classify(e, &what))
     }
 
+    fn anonymous(&self) -> bool {
+        matches!(self.auth, RegistryAuth::Anonymous)
+    }
+
+    /// A 401: no credentials sent, or these ones refused.
+    fn no_auth(&self) -> PullError {
+        let detail = if !self.anonymous() {
+            "rejected the credentials (HTTP 401)".into()
+        } else if self.reference.registry() == DEFAULT_DOMAIN {
+            // Docker Hub answers 401, not 404, for repositories that do not exist.
+            "requires authentication and the request carried no credentials (or the repository does not exist)".into()
+        } else {
+            "requires authentication and the request carried no credentials".into()
+        };
+        PullError::Unauthenticated {
+            registry: self.registry.clone(),
+            detail,
+        }
+    }
+
+    /// What an HTTP error status (with its OCI error body) means for the user.
+    fn status_error(&self, status: u16, body: &[u8], what: &str) -> PullError {
+        let code = http::error_code(body);
+        let detail = http::brief(body);
+        let suffix = |d: &str| {
+            if d.is_empty() {
+                String::new()
+            } else {
+                format!(": {d}")
+            }
+        };
+        let registry = self.registry.clone();
+        match (status, code.as_deref()) {
+            (404, _)
+            | (_, Some("MANIFEST_UNKNOWN" | "NAME_UNKNOWN" | "BLOB_UNKNOWN" | "NOT_FOUND")) => {
+                PullError::NotFound {
+                    registry,
+                    what: what.to_owned(),
+                }
+            }
+            (401, _) | (_, Some("UNAUTHORIZED")) => self.no_auth(),
+            (403, _) | (_, Some("DENIED")) => PullError::Denied {
+                registry,
+                detail: if detail.is_empty() {
+                    "HTTP 403".into()
+                } else {
+                    detail
+                },
+            },
+            (429, _) | (_, Some("TOOMANYREQUESTS")) => PullError::Registry {
+                registry,
+                detail: format!("is limiting pulls (HTTP 429){}", suffix(&detail)),
+            },
+            (s, _) => PullError::Registry {
+                registry,
+                detail: format!("answered HTTP {s} for {what}{}", suffix(&detail)),
+            },
+        }
+    }
+
+    /// A blob stream that broke off: the read timeout (no data for the progress timeout) is a
+    /// stall, anything else a lost connection.
+    pub fn stream_error(&self, e: &(dyn std::error::Error + 'static), doing: &str) -> PullError {
+        if http::is_timeout(e) {
+            return PullError::Stalled {
+                what: doing.to_owned(),
+                secs: self.timeout.as_secs(),
+            };
+        }
+        self.unreachable(e)
+    }
+
+    fn unreachable(&self, e: &(dyn std::error::Error + 'static)) -> PullError {
+        PullError::Unreachable {
+            registry: self.registry.clone(),
+            detail: http::transport(e, &self.endpoint),
+        }
+    }
+
     /// What an oci-client error means for the user.
     pub fn classify(&self, e: OciDistributionError, what: &str) -> PullError {
         let registry = self.registry.clone();
-        let anonymous = matches!(self.auth, RegistryAuth::Anonymous);
-        let unauthenticated = |detail: String| PullError::Unauthenticated {
-            registry: registry.clone(),
-            detail,
-        };
-        let no_auth = || {
-            if anonymous {
-                unauthenticated(
-                    "requires authentication and the request carried no credentials".into(),
-                )
-            } else {
-                unauthenticated("rejected the credentials (HTTP 401)".into())
-            }
-        };
-        let not_found = || PullError::NotFound {
-            registry: registry.clone(),
-            what: what.to_owned(),
-        };
         match e {
+            OciDistributionError::AuthenticationFailure(_) if self.anonymous() => self.no_auth(),
             OciDistributionError::AuthenticationFailure(reason) => {
-                unauthenticated(format!("rejected the credentials: {}", reason.trim()))
-            }
-            OciDistributionError::UnauthorizedError { .. } => no_auth(),
-            OciDistributionError::ImageManifestNotFoundError(_) => not_found(),
-            OciDistributionError::RegistryError { envelope, .. } => {
-                let first = envelope.errors.first();
-                let msg = first.map(|e| e.message.clone()).unwrap_or_default();
-                match first.map(|e| &e.code) {
-                    Some(
-                        OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::BlobUnknown
-                        | OciErrorCode::NotFound,
-                    ) => not_found(),
-                    Some(OciErrorCode::Unauthorized) => no_auth(),
-                    Some(OciErrorCode::Denied) => PullError::Denied {
-                        registry,
-                        detail: msg,
-                    },
-                    _ => PullError::Registry {
-                        registry,
-                        detail: format!("{what}: {envelope}"),
+                let reason = http::brief(reason.as_bytes());
+                PullError::Unauthenticated {
+                    registry,
+                    detail: if reason.is_empty() {
+                        "rejected the credentials".into()
+                    } else {
+                        format!("rejected the credentials: {reason}")
                     },
                 }
             }
-            OciDistributionError::ServerError { code, message, .. } => match code {
-                404 => not_found(),
-                401 => no_auth(),
-                403 => PullError::Denied {
-                    registry,
-                    detail: message,
-                },
-                _ => PullError::Registry {
-                    registry,
-                    detail: format!("{what}: HTTP {code}: {}", message.trim()),
-                },
+            OciDistributionError::UnauthorizedError { .. } => self.no_auth(),
+            OciDistributionError::ImageManifestNotFoundError(_) => PullError::NotFound {
+                registry,
+                what: what.to_owned(),
             },
+            OciDistributionError::RegistryError { envelope, .. } => {
+                let body = serde_json::to_vec(&envelope).unwrap_or_default();
+                let status = match envelope.errors.first().map(|e| &e.code) {
+                    Some(OciErrorCode::Unauthorized) => 401,
+                    Some(OciErrorCode::Denied) => 403,
+                    Some(OciErrorCode::Toomanyrequests) => 429,
+                    _ => 400,
+                };
+                self.status_error(status, &body, what)
+            }
+            OciDistributionError::ServerError { code, message, .. } => {
+                self.status_error(code, message.as_bytes(), what)
+            }
             OciDistributionError::DigestError(d) => PullError::DigestMismatch {
                 what: what.to_owned(),
                 expected: String::new(),
@@ -420,14 +532,8 @@ impl Session {
                 what: format!("fetching {what} from {registry}"),
                 secs: self.timeout.as_secs(),
             },
-            OciDistributionError::RequestError(r) => PullError::Unreachable {
-                registry,
-                detail: error_chain(&r),
-            },
-            OciDistributionError::IoError(io) => PullError::Unreachable {
-                registry,
-                detail: io.to_string(),
-            },
+            OciDistributionError::RequestError(r) => self.unreachable(&r),
+            OciDistributionError::IoError(io) => self.unreachable(&io),
             OciDistributionError::UnsupportedMediaTypeError(t) => {
                 PullError::Unsupported(format!("{what}: unsupported media type {t}"))
             }
@@ -436,25 +542,10 @@ impl Session {
             ),
             other => PullError::Registry {
                 registry,
-                detail: format!("{what}: {other}"),
+                detail: http::clip(&format!("failed on {what}: {other}")),
             },
         }
     }
-}
-
-/// An error and its causes on one line (reqwest hides the useful part in `source()`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
@@ -475,7 +566,7 @@ mod tests {
         Registries {
             config,
             timeout: Duration::from_secs(1),
-            anonymous: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
         }
     }
 

@@ -3,29 +3,31 @@
 //! (`grant_type=refresh_token`) and the access token it returns is used as a bearer token.
 //! oci-client has no such flow, so this small part is done with reqwest directly.
 
-use std::time::Duration;
-
 use super::PullError;
+use super::http::{FetchError, transport};
 use super::reference::DEFAULT_DOMAIN;
-use super::registry::{Endpoint, error_chain};
+use super::registry::Endpoint;
 
-/// Exchanges `refresh_token` for an access token for pulling `repo` from `ep`.
+/// A token response is a few kilobytes of JSON.
+const MAX_TOKEN_RESPONSE: usize = 1 << 20;
+
+/// Exchanges `refresh_token` for an access token for pulling `repo` from `ep`, with `client`
+/// (which carries the endpoint's TLS settings and timeouts).
 pub async fn exchange(
+    client: &reqwest::Client,
     ep: &Endpoint,
     repo: &str,
     refresh_token: &str,
-    timeout: Duration,
 ) -> Result<String, PullError> {
-    let registry = ep.host.clone();
+    let registry = ep.to_string();
     let unreachable = |e: reqwest::Error| PullError::Unreachable {
         registry: registry.clone(),
-        detail: error_chain(&e),
+        detail: transport(&e, ep),
     };
-    let client = reqwest::Client::builder()
-        .connect_timeout(timeout)
-        .read_timeout(timeout)
-        .build()
-        .map_err(unreachable)?;
+    let no_token = || PullError::Registry {
+        registry: ep.to_string(),
+        detail: "answered the identity-token exchange without a token".into(),
+    };
     let host = if ep.host == DEFAULT_DOMAIN {
         "registry-1.docker.io"
     } else {
@@ -56,17 +58,19 @@ pub async fn exchange(
     if let Some(s) = &challenge.service {
         form.push(("service", s));
     }
-    let resp = client
-        .post(&challenge.realm)
-        .form(&form)
-        .send()
-        .await
-        .map_err(unreachable)?;
-    let status = resp.status();
-    if !status.is_success() {
+    let rb = client.post(&challenge.realm).form(&form);
+    let resp = match super::http::fetch(rb, MAX_TOKEN_RESPONSE).await {
+        Ok(r) => r,
+        Err(FetchError::Transport(e)) => return Err(unreachable(e)),
+        Err(FetchError::TooLarge { .. }) => return Err(no_token()),
+    };
+    if !resp.status.is_success() {
         return Err(PullError::Unauthenticated {
             registry,
-            detail: format!("rejected the identity token (HTTP {})", status.as_u16()),
+            detail: format!(
+                "rejected the identity token (HTTP {})",
+                resp.status.as_u16()
+            ),
         });
     }
     #[derive(serde::Deserialize)]
@@ -74,13 +78,8 @@ pub async fn exchange(
         access_token: Option<String>,
         token: Option<String>,
     }
-    let body: TokenResponse = resp.json().await.map_err(unreachable)?;
-    body.access_token
-        .or(body.token)
-        .ok_or_else(|| PullError::Registry {
-            registry: ep.host.clone(),
-            detail: "token endpoint returned no token".into(),
-        })
+    let body: TokenResponse = serde_json::from_slice(&resp.body).map_err(|_| no_token())?;
+    body.access_token.or(body.token).ok_or_else(no_token)
 }
 
 #[derive(Debug, PartialEq)]

@@ -124,7 +124,7 @@ pub fn extract_tar(
     dir: &Path,
     diff_id: Option<&Digest>,
 ) -> Result<(), UnpackError> {
-    let mut buffered = BufReader::with_capacity(256 * 1024, input);
+    let mut buffered = BufReader::with_capacity(64 * 1024, input);
     let head = buffered
         .fill_buf()
         .map_err(|e| UnpackError::Corrupt(e.to_string()))?;

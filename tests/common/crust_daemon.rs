@@ -42,39 +42,43 @@ impl Crust {
         );
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let log = std::fs::File::create(dir.path().join("crust.log")).unwrap();
-        let p = |s: &str| dir.path().join(s);
-        let child = Command::new(env!("CARGO_BIN_EXE_crust"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(p("crust.sock"))
-            .arg("--root")
-            .arg(p("root"))
-            .arg("--state")
-            .arg(p("state"))
-            .arg("--config")
-            .arg(p("config.toml"))
-            .arg("--log-level")
-            .arg("crust=debug,info")
-            .env("RUST_LOG_STYLE", "never")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = spawn(dir.path());
         let mut c = Crust { dir, child };
+        c.wait_ready();
+        c
+    }
+
+    /// Kills the daemon with SIGKILL (no chance to clean up) and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the daemon again on the same directories (after `kill9`).
+    pub fn restart(&mut self) {
+        let _ = self.child.try_wait();
+        let _ = std::fs::remove_file(self.socket());
+        self.child = spawn(self.dir.path());
+        self.wait_ready();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::os::unix::net::UnixStream::connect(c.socket()).is_err() {
-            if let Ok(Some(status)) = c.child.try_wait() {
-                panic!("crust exited with {status}: {}", c.log());
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("crust exited with {status}: {}", self.log());
             }
             assert!(
                 Instant::now() < deadline,
                 "crust did not start: {}",
-                c.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        c
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -108,6 +112,34 @@ impl Crust {
             .output()
             .unwrap()
     }
+}
+
+/// `crust serve` on the directories under `dir` (config, socket, root, state), logging to
+/// `dir/crust.log` (appended, so a restart keeps the earlier log).
+fn spawn(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("crust.log"))
+        .unwrap();
+    let p = |s: &str| dir.join(s);
+    Command::new(env!("CARGO_BIN_EXE_crust"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(p("crust.sock"))
+        .arg("--root")
+        .arg(p("root"))
+        .arg("--state")
+        .arg(p("state"))
+        .arg("--config")
+        .arg(p("config.toml"))
+        .arg("--log-level")
+        .arg("crust=debug,info")
+        .env("RUST_LOG_STYLE", "never")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 pub async fn connect(socket: &Path) -> Channel {

@@ -389,3 +389,17 @@ pub fn docker(img: &Image) -> Image {
         manifest,
     }
 }
+
+/// `len` bytes that gzip cannot shrink (so a layer's download takes as long as its size says).
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

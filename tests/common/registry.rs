@@ -35,6 +35,21 @@ pub fn require(tool: &str, package: &str) {
     );
 }
 
+/// Runs `openssl ARGS` in `dir` (keys and certificates for the token server and TLS registry).
+fn openssl(dir: &Path, args: &[&str]) {
+    require("openssl", "openssl");
+    let s = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        s.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+}
+
 pub enum Auth {
     None,
     Basic { user: String, password: String },
@@ -260,19 +275,7 @@ pub struct TokenServer {
 
 impl TokenServer {
     fn start(dir: &Path, user: &str, password: &str) -> TokenServer {
-        require("openssl", "openssl");
-        let run = |args: &[&str]| {
-            let s = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .unwrap();
-            assert!(
-                s.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&s.stderr)
-            );
-        };
+        let run = |args: &[&str]| openssl(dir, args);
         run(&[
             "ecparam",
             "-name",
@@ -497,4 +500,263 @@ pub fn stalling_server() -> (String, std::thread::JoinHandle<()>) {
         }
     });
     (addr, h)
+}
+
+/// A TCP proxy in front of a registry that slows what the registry sends (to catch a pull in
+/// the middle of a download) and can freeze it (a registry that stops mid-blob). Requests go
+/// through untouched.
+pub struct Throttle {
+    pub addr: String,
+    /// Bytes per second from the registry to the client; 0 means no limit.
+    rate: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Throttle {
+    pub fn start(upstream: &str, bytes_per_sec: u64) -> Throttle {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let t = Throttle {
+            addr: l.local_addr().unwrap().to_string(),
+            rate: Arc::new(AtomicU64::new(bytes_per_sec)),
+            paused: Arc::new(AtomicBool::new(false)),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let (rate, paused, stop) = (t.rate.clone(), t.paused.clone(), t.stop.clone());
+        let upstream = upstream.to_owned();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match l.accept() {
+                    Ok((client, _)) => {
+                        let up = std::net::TcpStream::connect(&upstream).unwrap();
+                        let (rate, paused, stop) = (rate.clone(), paused.clone(), stop.clone());
+                        std::thread::spawn(move || relay(client, up, rate, paused, stop));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        t
+    }
+
+    pub fn set_rate(&self, bytes_per_sec: u64) {
+        self.rate
+            .store(bytes_per_sec, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn pause(&self, paused: bool) {
+        self.paused
+            .store(paused, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn relay(
+    client: std::net::TcpStream,
+    up: std::net::TcpStream,
+    rate: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering::SeqCst;
+    let (mut c_in, mut up_out) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c_in, &mut up_out);
+        let _ = up_out.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut up_in, mut c_out) = (up, client);
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        while paused.load(SeqCst) && !stop.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if stop.load(SeqCst) {
+            break;
+        }
+        let n = match up_in.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if c_out.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        let r = rate.load(SeqCst);
+        if r > 0 {
+            std::thread::sleep(Duration::from_secs_f64(n as f64 / r as f64));
+        }
+    }
+    let _ = c_out.shutdown(std::net::Shutdown::Both);
+}
+
+/// What the canned registry answers to one request path.
+pub enum Canned {
+    /// Status, content type and body.
+    Body(u16, &'static str, Vec<u8>),
+    /// A 200 whose body never ends (no Content-Length): `head`, then `filler` until the
+    /// client hangs up.
+    Endless { head: Vec<u8>, filler: Vec<u8> },
+    /// A 200 that declares this Content-Length and sends only a little.
+    Declared(u64),
+}
+
+/// A fake registry answering every request from `route(path)`: for malformed or hostile
+/// answers a real registry would not give. One request per connection.
+pub fn canned_registry(route: fn(&str) -> Canned) -> (String, std::thread::JoinHandle<()>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let h = std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || answer(s, route));
+        }
+    });
+    (addr, h)
+}
+
+fn answer(mut s: std::net::TcpStream, route: fn(&str) -> Canned) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return;
+    }
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+            break;
+        }
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let path = path.split('?').next().unwrap_or("/").to_owned();
+    let head = |status: u16, ctype: &str, len: Option<u64>| {
+        let len = len.map_or(String::new(), |n| format!("Content-Length: {n}\r\n"));
+        format!("HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n{len}Connection: close\r\n\r\n")
+    };
+    let _ = match route(&path) {
+        Canned::Body(status, ctype, body) => s
+            .write_all(head(status, ctype, Some(body.len() as u64)).as_bytes())
+            .and_then(|_| s.write_all(&body)),
+        Canned::Endless {
+            head: first,
+            filler,
+        } => (|| {
+            s.write_all(head(200, "application/vnd.oci.image.manifest.v1+json", None).as_bytes())?;
+            s.write_all(&first)?;
+            // Bounded anyway, so a broken client cannot keep the test running forever.
+            for _ in 0..(1u64 << 30) / filler.len() as u64 {
+                s.write_all(&filler)?;
+            }
+            Ok(())
+        })(),
+        Canned::Declared(n) => s
+            .write_all(head(200, "application/vnd.oci.image.manifest.v1+json", Some(n)).as_bytes())
+            .and_then(|_| s.write_all(b"{\"schemaVersion\":2,")),
+    };
+}
+
+/// A second `docker-registry` serving the same storage as a plain one over TLS, with a
+/// certificate (for 127.0.0.1) from a throwaway CA whose PEM is `ca`.
+pub struct TlsRegistry {
+    pub addr: String,
+    pub ca: PathBuf,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Drop for TlsRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TlsRegistry {
+    pub fn start(plain: &Registry) -> TlsRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| openssl(dir.path(), args);
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=crust-test-ca",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(
+            dir.path().join("san.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
+            plain.dir.path().join("data").display(),
+            dir.path().join("server.pem").display(),
+            dir.path().join("server.key").display(),
+        );
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "TLS registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        TlsRegistry {
+            addr,
+            ca: dir.path().join("ca.pem"),
+            dir,
+            child,
+        }
+    }
 }
