@@ -49,6 +49,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon until it is asked to stop.
 pub fn run(config: Config) -> Result<(), DaemonError> {
+    crate::sys::tune_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)

@@ -144,6 +144,13 @@ fn run(command: Command) -> anyhow::Result<()> {
 
 fn image_command(command: ImageCommand) -> anyhow::Result<()> {
     use crust::image::{ImageSettings, Images};
+    // Warnings (an archive naming no image, content skipped) reach the operator on stderr.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn,libcgroups=error"))
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -158,7 +165,7 @@ fn image_command(command: ImageCommand) -> anyhow::Result<()> {
             let imported = runtime.block_on(images.import(&path, name.as_deref()))?;
             for r in &imported {
                 let names = if r.repo_tags.is_empty() {
-                    "<untagged>".to_owned()
+                    "<untagged> (name it with --name REPO[:TAG])".to_owned()
                 } else {
                     r.repo_tags.join(", ")
                 };

@@ -1188,3 +1188,27 @@ async fn a_registry_that_stops_mid_blob_aborts_the_pull() {
     throttle.set_rate(0);
     assert_eq!(pull(&c, r, None).await.unwrap(), img.id());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_the_client_gave_up_on_still_lands_in_the_store() {
+    // kubelet cancels a pull at its deadline and retries later; the download must not be lost.
+    let (_reg, throttle, img, c) = slow_setup(4, "").await;
+    let r = "slow.test/slow:1";
+    let pulling = spawn_pull(&c, r);
+    wait_for_partial_download(&c).await;
+    pulling.abort();
+    assert!(pulling.await.is_err(), "the client went away mid-download");
+    throttle.set_rate(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status(&c, r, false).await.image.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cancelled pull never completed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status(&c, r, false).await.image.unwrap().id, img.id());
+    // The retry finds it stored.
+    assert_eq!(pull(&c, r, None).await.unwrap(), img.id());
+    assert_store_clean(&c);
+}

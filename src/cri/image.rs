@@ -72,6 +72,7 @@ fn credentials(a: Option<pb::AuthConfig>) -> Credentials {
         auth: a.auth,
         identity_token: a.identity_token,
         registry_token: a.registry_token,
+        server_address: a.server_address,
     }
 }
 
@@ -103,7 +104,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, Status> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(super::status::task_failed)?
 }
 
 #[tonic::async_trait]
@@ -157,20 +158,26 @@ impl ImageService for ImageServer {
         let req = req.into_inner();
         let spec = self.spec(req.image)?;
         let creds = credentials(req.auth);
-        async {
-            let record = self
-                .images
-                .pull(&spec, &creds)
+        let images = self.images.clone();
+        let image = spec.clone();
+        let span =
+            tracing::info_span!("PullImage", image = %spec, authenticated = !creds.is_anonymous());
+        async move {
+            // The pull runs in a task of its own: when the client gives up (kubelet's pull
+            // deadline, a ^C'd crictl), the download still finishes and lands in the store, and
+            // a retry finds it there (or joins it) instead of starting over.
+            let pulled =
+                tokio::spawn(async move { images.pull(&image, &creds).await }.in_current_span());
+            let record = pulled
                 .await
+                .map_err(super::status::task_failed)?
                 .map_err(Status::from)
                 .inspect_err(log_err)?;
             Ok(Response::new(pb::PullImageResponse {
                 image_ref: record.id.to_string(),
             }))
         }
-        .instrument(
-            tracing::info_span!("PullImage", image = %spec, authenticated = !creds.is_anonymous()),
-        )
+        .instrument(span)
         .await
     }
 

@@ -66,3 +66,9 @@ fn pull_code(e: &PullError) -> Code {
         PullError::Local { .. } | PullError::Store(_) => Code::Internal,
     }
 }
+
+/// A request's work ran in a task of its own and that task failed (it panicked or the runtime
+/// is shutting down): nothing of the request's outcome is known.
+pub fn task_failed(e: tokio::task::JoinError) -> Status {
+    Status::internal(format!("the request's task failed: {e}"))
+}

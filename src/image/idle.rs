@@ -58,6 +58,7 @@ impl Drop for Busy {
             tokio::time::sleep(QUIET_AFTER).await;
             if activity.quiet_since(epoch) {
                 crate::sys::trim_code_pages();
+                crate::sys::release_free_heap();
                 tracing::debug!("no pull for {QUIET_AFTER:?}: dropped resident code pages");
             }
         });

@@ -38,6 +38,9 @@ pub struct Credentials {
     pub identity_token: String,
     /// A bearer token sent to the registry as is.
     pub registry_token: String,
+    /// The registry these credentials are for (`https://index.docker.io/v1/`, `reg:5000`);
+    /// empty means the image's own registry.
+    pub server_address: String,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -78,6 +81,20 @@ impl Credentials {
             return Ok(Auth::Basic(self.username.clone(), self.password.clone()));
         }
         Ok(Auth::Anonymous)
+    }
+
+    /// Whether these credentials may be sent to `domain`: never to a registry other than the
+    /// one they name (as containerd does), so a pull cannot leak them elsewhere.
+    pub fn applies_to(&self, domain: &str) -> bool {
+        let address = self.server_address.trim();
+        if address.is_empty() {
+            return true;
+        }
+        let rest = address.split_once("://").map_or(address, |(_, r)| r);
+        let host = rest.split('/').next().unwrap_or_default();
+        let docker =
+            |h: &str| matches!(h, "docker.io" | "index.docker.io" | "registry-1.docker.io");
+        host.eq_ignore_ascii_case(domain) || (docker(host) && docker(domain))
     }
 
     pub fn is_anonymous(&self) -> bool {
@@ -235,7 +252,7 @@ impl Registries {
         image: &ImageRef,
         creds: &Credentials,
     ) -> Result<Session, PullError> {
-        let auth = if ep.upstream {
+        let auth = if ep.upstream && creds.applies_to(&image.domain) {
             creds.auth()?
         } else {
             Auth::Anonymous
@@ -628,5 +645,19 @@ mod tests {
         };
         assert!(!format!("{c:?}").contains("secret"));
         assert!(Credentials::default().is_anonymous());
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_registry_they_name() {
+        let for_addr = |a: &str| Credentials {
+            server_address: a.into(),
+            ..Default::default()
+        };
+        assert!(for_addr("").applies_to("reg.example:5000"));
+        assert!(for_addr("reg.example:5000").applies_to("reg.example:5000"));
+        assert!(for_addr("https://reg.example:5000/v2/").applies_to("reg.example:5000"));
+        assert!(for_addr("https://index.docker.io/v1/").applies_to("docker.io"));
+        assert!(!for_addr("https://index.docker.io/v1/").applies_to("quay.io"));
+        assert!(!for_addr("reg.example").applies_to("reg.example:5000"));
     }
 }

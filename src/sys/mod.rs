@@ -94,6 +94,29 @@ pub fn trim_code_pages() {
     }
 }
 
+/// Keeps glibc's allocator from holding on to memory in a long-running daemon: at most two
+/// arenas (tokio's worker threads would otherwise each get one and keep it), and a fixed mmap
+/// threshold (glibc raises it after the first large free, so later large buffers land in
+/// arenas that are never returned).
+pub fn tune_allocator() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes allocator parameters; called once at start, before the
+    // runtime's threads exist.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+/// Returns free heap memory at the top of the arenas to the kernel.
+pub fn release_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim is thread-safe and only releases memory the allocator holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Forks the calling process.
 ///
 /// Callers must be single-threaded (the monitor process is: it never starts a runtime or a
