@@ -149,12 +149,20 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
 
 /// The state directory describes processes, mounts and namespaces, which all die with the
 /// machine, so it lives in memory: if it is not on a tmpfs already (as `/run` is on most hosts),
-/// one is mounted there. A reboot then starts from a clean slate, and the fsyncs that keep
-/// records whole cost nothing.
+/// one is mounted there (on an empty directory only). A reboot then starts from a clean slate,
+/// and the fsyncs that keep records whole cost nothing.
 fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
     let on_tmpfs = nix::sys::statfs::statfs(state)
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
     if on_tmpfs {
+        return Ok(());
+    }
+    // Never hide what is there already: records of running pods would vanish under the mount.
+    let empty = std::fs::read_dir(state)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if !empty {
+        tracing::warn!(state = %state.display(), "state directory is not on a tmpfs and not empty; using it as it is");
         return Ok(());
     }
     mount(

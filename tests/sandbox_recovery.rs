@@ -296,3 +296,27 @@ async fn a_cancelled_request_still_finishes_its_work() {
     .unwrap();
     d.assert_clean();
 }
+
+#[tokio::test]
+async fn the_state_dir_becomes_a_tmpfs_but_never_hides_existing_state() {
+    let mut d = Daemon::start();
+    let state = d.state.to_string_lossy().into_owned();
+    assert!(
+        d.mounts().contains(&state),
+        "an empty state dir gets a tmpfs"
+    );
+    d.kill9();
+    // A state dir with content on a plain file system (left by an older crust, say) is used as
+    // it is: mounting over it would hide the records of running pods.
+    let mut d2 = Daemon::prepare();
+    std::fs::create_dir_all(&d2.state).unwrap();
+    std::fs::write(d2.state.join("keep"), "x").unwrap();
+    d2.write_bridge_network(&[]);
+    d2.launch();
+    let state2 = d2.state.to_string_lossy().into_owned();
+    assert!(
+        !d2.mounts().contains(&state2),
+        "no tmpfs over existing state"
+    );
+    assert!(d2.state.join("keep").exists());
+}
