@@ -105,8 +105,9 @@ impl SandboxContext {
 struct Entry {
     /// Serializes lifecycle verbs on this sandbox.
     op: Arc<tokio::sync::Mutex<()>>,
-    /// The current record; cloned out for reads.
-    record: Mutex<SandboxRecord>,
+    /// The current record, shared with readers: an update replaces it (copy on write), so a
+    /// list of many pods copies pointers, not records.
+    record: Mutex<Arc<SandboxRecord>>,
     /// The task that notices the monitor dying.
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -115,11 +116,11 @@ impl Entry {
     fn new(record: SandboxRecord) -> Arc<Entry> {
         Arc::new(Entry {
             op: Arc::new(tokio::sync::Mutex::new(())),
-            record: Mutex::new(record),
+            record: Mutex::new(Arc::new(record)),
             watcher: Mutex::new(None),
         })
     }
-    fn snapshot(&self) -> SandboxRecord {
+    fn snapshot(&self) -> Arc<SandboxRecord> {
         self.record
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -136,9 +137,9 @@ impl Entry {
             w.abort();
         }
     }
-    fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> SandboxRecord {
+    fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> Arc<SandboxRecord> {
         let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut r);
+        f(Arc::make_mut(&mut r));
         r.clone()
     }
 }
@@ -212,7 +213,7 @@ impl Sandboxes {
     }
 
     /// A copy of the record of sandbox `id` (full id or unique prefix).
-    pub fn get(&self, id: &str) -> Result<SandboxRecord, SandboxError> {
+    pub fn get(&self, id: &str) -> Result<Arc<SandboxRecord>, SandboxError> {
         self.entry(id).map(|(_, e)| e.snapshot())
     }
 

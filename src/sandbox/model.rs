@@ -124,7 +124,8 @@ impl Phase {
 /// The CNI state of a pod: the list and attachment ADD used (DEL needs the same) and its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NetworkState {
-    pub list: NetworkList,
+    /// Shared by every pod attached while this configuration was in use.
+    pub list: std::sync::Arc<NetworkList>,
     pub attachment: Attachment,
     pub result: Option<CniResult>,
 }

@@ -150,7 +150,7 @@ fn plan(
                 .map_err(|e| SandboxError::NetworkNotReady(e.to_string()))?;
             let attachment = attachment(&id, &spec, netns.clone());
             Some(NetworkState {
-                list: (*list).clone(),
+                list,
                 attachment,
                 result: None,
             })

@@ -31,7 +31,7 @@ impl SandboxFilter {
 
 /// A sandbox as status and list report it.
 pub struct SandboxView {
-    pub record: SandboxRecord,
+    pub record: std::sync::Arc<SandboxRecord>,
     pub ready: bool,
 }
 
