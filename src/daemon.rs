@@ -12,8 +12,6 @@ use nix::mount::{MsFlags, mount};
 use tokio::net::UnixListener;
 
 use crate::config::Config;
-use crate::cri::pb::image_service_server::ImageServiceServer;
-use crate::cri::pb::runtime_service_server::RuntimeServiceServer;
 use crate::cri::{ImageServer, RuntimeServer};
 use crate::network::{Cni, CniSettings};
 use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
@@ -101,16 +99,14 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let stopping = Arc::new(tokio::sync::Notify::new());
     let signalled = stopping.clone();
-    let server = tonic::transport::Server::builder()
-        .add_service(RuntimeServiceServer::new(runtime))
-        .add_service(ImageServiceServer::new(ImageServer {
-            images,
-            handlers: config.runtime_handlers.clone(),
-        }))
-        .serve_with_incoming_shutdown(incoming, async move {
-            shutdown_signal().await;
-            signalled.notify_one();
-        });
+    let images = ImageServer {
+        images,
+        handlers: config.runtime_handlers.clone(),
+    };
+    let server = crate::cri::serve(runtime, images, incoming, async move {
+        shutdown_signal().await;
+        signalled.notify_one();
+    });
     // In-flight RPCs get a grace period; a client that never lets go of its connection does
     // not keep the daemon alive past it.
     tokio::select! {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Daemon, pod_config, run_request};
+use common::*;
 use crust::cri::pb;
 use tonic::Code;
 
@@ -95,12 +95,7 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
 async fn duplicate_names_and_unknown_ids() {
     let d = Daemon::start();
     let mut c = d.client().await;
-    let id = c
-        .run_pod_sandbox(run_request(pod_config("dup")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id = run_pod(&mut c, pod_config("dup")).await;
     let err = c
         .run_pod_sandbox(run_request(pod_config("dup")))
         .await
@@ -114,12 +109,7 @@ async fn duplicate_names_and_unknown_ids() {
     // Another attempt of the same pod is a different sandbox.
     let mut retry = pod_config("dup");
     retry.metadata.as_mut().unwrap().attempt = 1;
-    let id2 = c
-        .run_pod_sandbox(run_request(retry))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id2 = run_pod(&mut c, retry).await;
 
     let status = |id: &str| pb::PodSandboxStatusRequest {
         pod_sandbox_id: id.into(),
@@ -136,31 +126,14 @@ async fn duplicate_names_and_unknown_ids() {
         Code::InvalidArgument
     );
     // Stop and Remove of unknown ids succeed (kubelet and critest rely on it).
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: "nope".into(),
-    })
-    .await
-    .unwrap();
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-        pod_sandbox_id: "nope".into(),
-    })
-    .await
-    .unwrap();
+    stop_pod(&mut c, "nope").await;
+    remove_pod(&mut c, "nope").await;
 
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
     // The name is free again once removed.
-    let id3 = c
-        .run_pod_sandbox(run_request(pod_config("dup")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id3 = run_pod(&mut c, pod_config("dup")).await;
     for id in [id2, id3] {
-        c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-            .await
-            .unwrap();
+        remove_pod(&mut c, &id).await;
     }
     d.assert_clean();
 }
@@ -185,7 +158,7 @@ async fn failing_cni_plugin_rolls_everything_back() {
     );
     // bridge had allocated an IP and created a veth: both undone.
     d.assert_clean();
-    assert!(!common::sh("ip", &["-o", "link"]).contains(&format!("master {}", d.bridge)));
+    assert!(!sh("ip", &["-o", "link"]).contains(&format!("master {}", d.bridge)));
     let list = c
         .list_pod_sandbox(pb::ListPodSandboxRequest::default())
         .await
@@ -194,15 +167,8 @@ async fn failing_cni_plugin_rolls_everything_back() {
     assert!(list.items.is_empty());
     // The name was released.
     d.write_bridge_network(&[]);
-    let id = c
-        .run_pod_sandbox(run_request(pod_config("doomed")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    let id = run_pod(&mut c, pod_config("doomed")).await;
+    remove_pod(&mut c, &id).await;
     d.assert_clean();
 }
 

@@ -2,15 +2,8 @@
 
 mod common;
 
-use common::{Daemon, exited, ns_of, ns_of_self, pod_config, run_request, sh};
+use common::*;
 use crust::cri::pb;
-
-fn monitor_pid(status: &pb::PodSandboxStatusResponse) -> i32 {
-    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
-    info["monitor"]["pid"]
-        .as_i64()
-        .expect("verbose info names the monitor pid") as i32
-}
 
 #[tokio::test]
 async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
@@ -36,23 +29,10 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
         .into(),
         ..Default::default()
     });
-    let id = c
-        .run_pod_sandbox(run_request(config))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id = run_pod(&mut c, config).await;
     assert_eq!(id.len(), 64);
 
-    let status = c
-        .pod_sandbox_status(pb::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let s = status.status.clone().unwrap();
+    let (s, info) = status(&mut c, &id).await;
     assert_eq!(s.state, pb::PodSandboxState::SandboxReady as i32);
     assert_eq!(s.metadata.unwrap().name, "web");
     assert_eq!(s.labels["app"], "web");
@@ -64,7 +44,7 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
     );
 
     // Namespaces: the monitor lives in the pod's, which differ from the host's.
-    let pid = monitor_pid(&status);
+    let pid = info["monitor"]["pid"].as_i64().unwrap() as i32;
     for kind in ["net", "ipc", "uts"] {
         assert_ne!(
             ns_of(pid, kind),
@@ -131,11 +111,7 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
     assert_eq!(d.allocated_ips(), std::slice::from_ref(&ip));
 
     // Stop: everything is released, the record stays.
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    stop_pod(&mut c, &id).await;
     let s = c
         .pod_sandbox_status(pb::PodSandboxStatusRequest {
             pod_sandbox_id: id.clone(),
@@ -169,17 +145,9 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
         "veth removed"
     );
     // Stop is idempotent.
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    stop_pod(&mut c, &id).await;
 
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    remove_pod(&mut c, &id).await;
     let list = c
         .list_pod_sandbox(pb::ListPodSandboxRequest { filter: None })
         .await
@@ -194,9 +162,7 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
         .filter(|m| m.starts_with(&ns_dir) && *m != ns_dir)
         .collect();
     assert!(pins.is_empty(), "no namespace pin stays mounted: {pins:?}");
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
 }
 
 #[tokio::test]
@@ -204,45 +170,24 @@ async fn host_namespaces_are_shared_when_asked() {
     let d = Daemon::start();
     let mut c = d.client().await;
     let mut config = pod_config("hostnet");
-    config.linux = Some(pb::LinuxPodSandboxConfig {
-        security_context: Some(pb::LinuxSandboxSecurityContext {
-            namespace_options: Some(pb::NamespaceOption {
-                network: pb::NamespaceMode::Node as i32,
-                pid: pb::NamespaceMode::Node as i32,
-                ipc: pb::NamespaceMode::Node as i32,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let id = c
-        .run_pod_sandbox(run_request(config))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let status = c
-        .pod_sandbox_status(pb::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let pid = monitor_pid(&status);
+    with_namespaces(
+        &mut config,
+        pb::NamespaceMode::Node,
+        pb::NamespaceMode::Node,
+        pb::NamespaceMode::Node,
+    );
+    let id = run_pod(&mut c, config).await;
+    let (s, info) = status(&mut c, &id).await;
+    let pid = info["monitor"]["pid"].as_i64().unwrap() as i32;
     for kind in ["net", "ipc", "uts", "pid_for_children"] {
         assert_eq!(ns_of(pid, kind), ns_of_self(kind), "{kind} is the host's");
     }
-    let s = status.status.unwrap();
     assert_eq!(s.network.unwrap().ip, "", "no CNI for host network");
     let opts = s.linux.unwrap().namespaces.unwrap().options.unwrap();
     assert_eq!(opts.network, pb::NamespaceMode::Node as i32);
     assert!(d.allocated_ips().is_empty());
     assert!(Daemon::entries(&d.ns_dir()).is_empty(), "nothing to pin");
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
     assert!(d.monitors().is_empty());
     assert!(d.pod_cgroups().is_empty());
 }
@@ -252,31 +197,14 @@ async fn pod_pid_namespace_has_its_own_init() {
     let d = Daemon::start();
     let mut c = d.client().await;
     let mut config = pod_config("pidshare");
-    config.linux = Some(pb::LinuxPodSandboxConfig {
-        security_context: Some(pb::LinuxSandboxSecurityContext {
-            namespace_options: Some(pb::NamespaceOption {
-                pid: pb::NamespaceMode::Pod as i32,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let id = c
-        .run_pod_sandbox(run_request(config))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let status = c
-        .pod_sandbox_status(pb::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    with_namespaces(
+        &mut config,
+        pb::NamespaceMode::Pod,
+        pb::NamespaceMode::Pod,
+        pb::NamespaceMode::Pod,
+    );
+    let id = run_pod(&mut c, config).await;
+    let (_, info) = status(&mut c, &id).await;
     let init = info["monitor"]["init_pid"]
         .as_i64()
         .expect("pod has an init") as i32;
@@ -287,15 +215,9 @@ async fn pod_pid_namespace_has_its_own_init() {
         .unwrap();
     assert!(nspid.ends_with("\t1"), "init is PID 1 in the pod: {nspid}");
     assert_ne!(ns_of(init, "pid"), ns_of_self("pid"));
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    stop_pod(&mut c, &id).await;
     assert!(exited(init), "init is gone");
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
 }
 
 #[tokio::test]
@@ -306,19 +228,9 @@ async fn list_filters_by_id_state_and_labels() {
     for (name, tier) in [("a", "front"), ("b", "back"), ("c", "front")] {
         let mut config = pod_config(name);
         config.labels.insert("tier".into(), tier.into());
-        ids.push(
-            c.run_pod_sandbox(run_request(config))
-                .await
-                .unwrap()
-                .into_inner()
-                .pod_sandbox_id,
-        );
+        ids.push(run_pod(&mut c, config).await);
     }
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: ids[2].clone(),
-    })
-    .await
-    .unwrap();
+    stop_pod(&mut c, &ids[2]).await;
     let list = |f: pb::PodSandboxFilter| {
         let mut c = c.clone();
         async move {
@@ -392,9 +304,7 @@ async fn list_filters_by_id_state_and_labels() {
         .unwrap();
     assert_eq!(s.into_inner().status.unwrap().id, ids[0]);
     for id in ids {
-        c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-            .await
-            .unwrap();
+        remove_pod(&mut c, &id).await;
     }
     assert!(d.allocated_ips().is_empty());
 }
@@ -410,20 +320,13 @@ async fn port_mappings_reach_the_portmap_plugin() {
         host_port: 18080,
         host_ip: String::new(),
     }];
-    let id = c
-        .run_pod_sandbox(run_request(config))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id = run_pod(&mut c, config).await;
     let rules = sh("iptables", &["-t", "nat", "-S"]);
     assert!(
         rules.contains("--dport 18080"),
         "portmap added a DNAT rule for 18080:\n{rules}"
     );
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
     let rules = sh("iptables", &["-t", "nat", "-S"]);
     assert!(
         !rules.contains("--dport 18080"),

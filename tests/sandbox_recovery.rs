@@ -4,48 +4,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Daemon, exited, pod_config, run_request};
+use common::*;
 use crust::cri::pb;
-
-async fn status(
-    c: &mut pb::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
-    id: &str,
-) -> (pb::PodSandboxStatus, serde_json::Value) {
-    let r = c
-        .pod_sandbox_status(pb::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    (
-        r.status.unwrap(),
-        serde_json::from_str(&r.info["info"]).unwrap(),
-    )
-}
 
 #[tokio::test]
 async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
     let mut d = Daemon::start();
     let mut c = d.client().await;
-    let a = c
-        .run_pod_sandbox(run_request(pod_config("a")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let b = c
-        .run_pod_sandbox(run_request(pod_config("b")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-        pod_sandbox_id: b.clone(),
-    })
-    .await
-    .unwrap();
+    let a = run_pod(&mut c, pod_config("a")).await;
+    let b = run_pod(&mut c, pod_config("b")).await;
+    stop_pod(&mut c, &b).await;
     let (before, info) = status(&mut c, &a).await;
     let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
 
@@ -67,16 +35,8 @@ async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
     assert_eq!(err.code(), tonic::Code::AlreadyExists);
     // Stopping and removing after the restart frees everything.
     for id in [&a, &b] {
-        c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        })
-        .await
-        .unwrap();
-        c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        })
-        .await
-        .unwrap();
+        stop_pod(&mut c, id).await;
+        remove_pod(&mut c, id).await;
     }
     assert!(exited(monitor));
     d.assert_clean();
@@ -88,12 +48,7 @@ async fn sigkilled_daemon_recovers_every_pod_with_its_state_and_ip() {
 async fn sigterm_finishes_gracefully_and_pods_keep_running() {
     let mut d = Daemon::start();
     let mut c = d.client().await;
-    let id = c
-        .run_pod_sandbox(run_request(pod_config("stay")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id = run_pod(&mut c, pod_config("stay")).await;
     let (_, info) = status(&mut c, &id).await;
     let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
     drop(c);
@@ -110,9 +65,7 @@ async fn sigterm_finishes_gracefully_and_pods_keep_running() {
         status(&mut c, &id).await.0.state,
         pb::PodSandboxState::SandboxReady as i32
     );
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    remove_pod(&mut c, &id).await;
     d.assert_clean();
 }
 
@@ -120,12 +73,7 @@ async fn sigterm_finishes_gracefully_and_pods_keep_running() {
 async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
     let mut d = Daemon::start();
     let mut c = d.client().await;
-    let id = c
-        .run_pod_sandbox(run_request(pod_config("victim")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id = run_pod(&mut c, pod_config("victim")).await;
     let (_, info) = status(&mut c, &id).await;
     let monitor = info["monitor"]["pid"].as_i64().unwrap() as i32;
     nix::sys::signal::kill(
@@ -148,12 +96,7 @@ async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
     );
 
     // A monitor that dies while the daemon is down is noticed at start.
-    let id2 = c
-        .run_pod_sandbox(run_request(pod_config("victim2")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
+    let id2 = run_pod(&mut c, pod_config("victim2")).await;
     let (_, info) = status(&mut c, &id2).await;
     let monitor2 = info["monitor"]["pid"].as_i64().unwrap() as i32;
     d.kill9();
@@ -169,14 +112,8 @@ async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
         pb::PodSandboxState::SandboxNotready as i32
     );
     for id in [id, id2] {
-        c.stop_pod_sandbox(pb::StopPodSandboxRequest {
-            pod_sandbox_id: id.clone(),
-        })
-        .await
-        .unwrap();
-        c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-            .await
-            .unwrap();
+        stop_pod(&mut c, &id).await;
+        remove_pod(&mut c, &id).await;
     }
     d.assert_clean();
 }
@@ -219,15 +156,8 @@ async fn a_sandbox_half_created_when_the_daemon_died_is_rolled_back() {
             .is_empty()
     );
     // The name was never committed.
-    let id = c
-        .run_pod_sandbox(run_request(pod_config("half")))
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    let id = run_pod(&mut c, pod_config("half")).await;
+    remove_pod(&mut c, &id).await;
     d.assert_clean();
 }
 
@@ -289,11 +219,7 @@ async fn a_cancelled_request_still_finishes_its_work() {
         "the sandbox was completed, not left half made"
     );
     assert_eq!(pods[0].state, pb::PodSandboxState::SandboxReady as i32);
-    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
-        pod_sandbox_id: pods[0].id.clone(),
-    })
-    .await
-    .unwrap();
+    remove_pod(&mut c, &pods[0].id).await;
     d.assert_clean();
 }
 

@@ -16,3 +16,19 @@ pub mod pb {
 
 pub use image::ImageServer;
 pub use runtime::RuntimeServer;
+
+/// Serves both CRI services on `incoming` until `shutdown` resolves; in-flight RPCs finish.
+pub async fn serve(
+    runtime: RuntimeServer,
+    images: ImageServer,
+    incoming: tokio_stream::wrappers::UnixListenerStream,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_service(pb::runtime_service_server::RuntimeServiceServer::new(
+            runtime,
+        ))
+        .add_service(pb::image_service_server::ImageServiceServer::new(images))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

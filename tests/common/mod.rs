@@ -7,6 +7,8 @@ pub use daemon::Daemon;
 
 use crust::cri::pb;
 
+pub type Client = pb::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>;
+
 /// A minimal valid pod config with a unique name.
 pub fn pod_config(name: &str) -> pb::PodSandboxConfig {
     pb::PodSandboxConfig {
@@ -63,4 +65,72 @@ pub fn exited(pid: i32) -> bool {
             .next()
             .is_some_and(|rest| rest.starts_with('Z')),
     }
+}
+
+/// Runs a pod and returns its id; panics with the status when it fails.
+pub async fn run_pod(c: &mut Client, config: pb::PodSandboxConfig) -> String {
+    c.run_pod_sandbox(run_request(config))
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id
+}
+
+/// A pod's verbose status: the status and the parsed `info` JSON.
+pub async fn status(c: &mut Client, id: &str) -> (pb::PodSandboxStatus, serde_json::Value) {
+    let r = c
+        .pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        r.status.unwrap(),
+        serde_json::from_str(&r.info["info"]).unwrap(),
+    )
+}
+
+/// The pid of the pod's monitor, from the verbose status.
+pub async fn monitor_pid(c: &mut Client, id: &str) -> i32 {
+    let (_, info) = status(c, id).await;
+    info["monitor"]["pid"]
+        .as_i64()
+        .expect("verbose info names the monitor pid") as i32
+}
+
+pub async fn stop_pod(c: &mut Client, id: &str) {
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+pub async fn remove_pod(c: &mut Client, id: &str) {
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+/// Sets the pod's namespace modes (network, pid, ipc).
+pub fn with_namespaces(
+    config: &mut pb::PodSandboxConfig,
+    network: pb::NamespaceMode,
+    pid: pb::NamespaceMode,
+    ipc: pb::NamespaceMode,
+) {
+    let linux = config.linux.get_or_insert_with(Default::default);
+    linux
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options = Some(pb::NamespaceOption {
+        network: network as i32,
+        pid: pid as i32,
+        ipc: ipc as i32,
+        ..Default::default()
+    });
 }
