@@ -2,7 +2,6 @@
 //! operator learns what is missing before kubelet does.
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::config::Config;
 use crate::network::{Cni, CniSettings};
@@ -66,11 +65,7 @@ fn overlayfs() -> Result<String, String> {
 }
 
 fn cni(config: &Config) -> Result<String, String> {
-    let cni = Cni::new(CniSettings {
-        conf_dir: config.network.conf_dir.clone(),
-        bin_dirs: config.network.bin_dirs.clone(),
-        plugin_timeout: Duration::from_millis(config.network.plugin_timeout_ms),
-    });
+    let cni = Cni::new(CniSettings::from_config(&config.network));
     let list = cni.network().map_err(|e| e.to_string())?;
     let plugins: Vec<_> = list.plugins.iter().map(|p| p.kind.as_str()).collect();
     Ok(format!(

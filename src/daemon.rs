@@ -123,11 +123,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
 
 fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
     let exe = std::env::current_exe().map_err(io("locating", Path::new("/proc/self/exe")))?;
-    let cni = Cni::new(CniSettings {
-        conf_dir: config.network.conf_dir.clone(),
-        bin_dirs: config.network.bin_dirs.clone(),
-        plugin_timeout: Duration::from_millis(config.network.plugin_timeout_ms),
-    });
+    let cni = Cni::new(CniSettings::from_config(&config.network));
     Ok(SandboxContext {
         state_dir: config.state.clone(),
         exe,

@@ -87,13 +87,6 @@ fn usage(u: FsUsage, timestamp: i64) -> pb::FilesystemUsage {
     }
 }
 
-fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(1)
-}
-
 fn log_err(e: &Status) {
     tracing::warn!(code = ?e.code(), error = %e.message(), "image request failed");
 }
@@ -205,7 +198,7 @@ impl ImageService for ImageServer {
     ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
         let images = self.images.clone();
         let (img, ctr) = blocking(move || images.fs_usage().map_err(Status::from)).await?;
-        let ts = now_nanos();
+        let ts = super::runtime::now_nanos();
         Ok(Response::new(pb::ImageFsInfoResponse {
             image_filesystems: vec![usage(img, ts)],
             container_filesystems: vec![usage(ctr, ts)],

@@ -92,6 +92,16 @@ pub struct Cni {
 
 type ConfigKey = (PathBuf, SystemTime, u64);
 
+impl CniSettings {
+    pub fn from_config(c: &crate::config::NetworkConfig) -> CniSettings {
+        CniSettings {
+            conf_dir: c.conf_dir.clone(),
+            bin_dirs: c.bin_dirs.clone(),
+            plugin_timeout: Duration::from_millis(c.plugin_timeout_ms),
+        }
+    }
+}
+
 impl Cni {
     pub fn new(settings: CniSettings) -> Cni {
         Cni {

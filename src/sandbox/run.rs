@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
+use super::teardown::Timed;
 use super::{
     Entry, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown, validate,
 };
@@ -234,30 +235,26 @@ async fn bring_up(
             .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
             .collect(),
     };
-    let t = std::time::Instant::now();
+    let started = Timed::start("monitor ready");
     let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)
         .await
         .map_err(|e| ("start the pod monitor", e.to_string()))?;
-    tracing::debug!(elapsed = ?t.elapsed(), pid = handle.identity.pid, "monitor ready");
+    drop(started);
     record.monitor = Some(handle.identity);
     let network = async {
-        let t = std::time::Instant::now();
-        let r = match &record.network {
+        let _t = Timed::start("CNI ADD done");
+        match &record.network {
             Some(net) => ctx.cni.add(&net.list, &net.attachment).await.map(Some),
             None => Ok(None),
-        };
-        tracing::debug!(elapsed = ?t.elapsed(), "CNI ADD done");
-        r
+        }
     };
     let mut pids = vec![handle.identity.pid];
     pids.extend(handle.identity.init_pid);
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
     let cgroup = tokio::task::spawn_blocking(move || {
-        let t = std::time::Instant::now();
-        let r = cgroups.create(&path, &pids);
-        tracing::debug!(elapsed = ?t.elapsed(), "pod cgroup created");
-        r
+        let _t = Timed::start("pod cgroup created");
+        cgroups.create(&path, &pids)
     });
     let (net, cg) = tokio::join!(network, cgroup);
     let net = net.map_err(|e| ("set up the pod network", e.to_string()))?;
