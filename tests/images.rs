@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crust::cri::pb;
-use crust_daemon::{Crust, mirror_config};
+use crust_daemon::{Crust, images_with_deadline, mirror_config};
 use oci_build::{Comp, Node, busybox_layer, dir, file, image, index};
 use registry::{Auth, Canned, Registry, Throttle, canned_registry, stalling_server};
 use serde_json::json;
@@ -658,6 +658,28 @@ async fn a_stalled_registry_aborts_the_pull() {
     );
     assert!(e.message().contains("no progress"), "{e}");
     assert_store_clean(&c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_deadline_is_answered_with_deadline_exceeded() {
+    // kubelet and critest set deadlines on RPCs; gRPC says the server answers
+    // DEADLINE_EXCEEDED when one passes (tonic on its own would answer CANCELLED).
+    let (addr, _server) = stalling_server();
+    let c = Crust::start(&mirror_config(&addr, &addr, ""));
+    let mut images = images_with_deadline(&c.socket(), "300m").await;
+    let req = pb::PullImageRequest {
+        image: spec(&format!("{addr}/x:1")),
+        auth: None,
+        sandbox_config: None,
+    };
+    let e = images.pull_image(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e}");
+    assert!(
+        e.message().contains("PullImage") && e.message().contains("deadline"),
+        "{e}"
+    );
+    // The daemon still answers.
+    assert!(list(&c).await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 
 pub mod client;
 mod convert;
+mod deadline;
 pub mod image;
 pub mod runtime;
 pub mod status;
@@ -25,6 +26,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
+        .layer(deadline::DeadlineLayer)
         .add_service(pb::runtime_service_server::RuntimeServiceServer::new(
             runtime,
         ))

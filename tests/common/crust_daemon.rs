@@ -158,6 +158,41 @@ pub async fn connect(socket: &Path) -> Channel {
         .unwrap()
 }
 
+/// The daemon's ImageService over a bare HTTP/2 connection that sends `grpc-timeout` on every
+/// request without enforcing it (tonic's Channel would cut the call short itself), so a test
+/// sees the status the daemon answers when the deadline passes.
+pub async fn images_with_deadline(
+    socket: &Path,
+    grpc_timeout: &'static str,
+) -> ImageServiceClient<RawH2> {
+    let io = hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await.unwrap());
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let svc = tower::service_fn(
+        move |mut req: tonic::codegen::http::Request<tonic::body::Body>| {
+            let mut send = send.clone();
+            req.headers_mut().insert(
+                "grpc-timeout",
+                tonic::codegen::http::HeaderValue::from_static(grpc_timeout),
+            );
+            async move { send.send_request(req).await }
+        },
+    );
+    ImageServiceClient::with_origin(
+        tower::util::BoxCloneService::new(svc),
+        "http://localhost".parse().unwrap(),
+    )
+}
+
+pub type RawH2 = tower::util::BoxCloneService<
+    tonic::codegen::http::Request<tonic::body::Body>,
+    tonic::codegen::http::Response<hyper::body::Incoming>,
+    hyper::Error,
+>;
+
 /// The config that sends pulls of `host` to the test registry at `addr` over plain http.
 pub fn mirror_config(host: &str, addr: &str, extra: &str) -> String {
     format!("[registry.mirrors.\"{host}\"]\nendpoints = [\"http://{addr}\"]\n{extra}")
