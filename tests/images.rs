@@ -222,6 +222,45 @@ fn rich_layers() -> Vec<(Vec<u8>, Comp)> {
     ]
 }
 
+/// The layers stacked by a real overlayfs mount, as a container's root filesystem will be:
+/// whiteouts hide, opaque directories hide, upper layers win.
+fn check_merged_view(lower: &[PathBuf]) {
+    let target = tempfile::tempdir().unwrap();
+    let dirs: Vec<_> = lower.iter().map(|p| p.to_str().unwrap()).collect();
+    nix::mount::mount(
+        Some("overlay"),
+        target.path(),
+        Some("overlay"),
+        nix::mount::MsFlags::MS_RDONLY,
+        Some(format!("lowerdir={}", dirs.join(":")).as_str()),
+    )
+    .expect("the lowerdirs mount as an overlayfs");
+    let m = target.path();
+    let seen = (
+        m.join("gone").symlink_metadata().is_err(),
+        m.join("opq/old").symlink_metadata().is_err(),
+        std::fs::read(m.join("opq/new")).ok(),
+        std::fs::read(m.join("data/b")).ok(),
+        std::fs::read(m.join("data/a")).ok(),
+        m.join("bin/busybox").is_file(),
+        m.join("newdir").is_dir(),
+    );
+    nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    assert_eq!(
+        seen,
+        (
+            true,
+            true,
+            Some(b"new".to_vec()),
+            Some(b"bravo v2".to_vec()),
+            Some(b"alpha".to_vec()),
+            true,
+            true
+        ),
+        "(whiteout hides, opaque dir hides, opaque dir's own file, upper wins, lower shows, busybox, new dir)"
+    );
+}
+
 fn check_rich_tree(lower: &[PathBuf]) {
     assert_eq!(lower.len(), 3);
     let (l3, l2, l1) = (&lower[0], &lower[1], &lower[2]);
@@ -337,6 +376,7 @@ async fn pull_list_status_and_remove_a_multi_layer_image() {
     assert_eq!(i.uid, Some(pb::Int64Value { value: 1000 }));
     assert!(s.info.is_empty(), "info only when verbose");
     check_rich_tree(&lowerdirs(&c, r).await);
+    check_merged_view(&lowerdirs(&c, r).await);
     for name in [
         &id[7..],
         &id[7..19],
