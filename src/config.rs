@@ -102,6 +102,81 @@ pub struct RegistryHostConfig {
     pub ca_file: Option<PathBuf>,
     /// Accept any certificate (testing only).
     pub insecure_skip_verify: bool,
+    /// Credentials sent to this host when a pull carries none for it: node-level credentials,
+    /// for a private mirror or registry (containerd's `registry.configs.<host>.auth`).
+    pub auth: Option<RegistryCredentials>,
+}
+
+/// Node-level registry credentials: `username` + `password`, or `auth` (base64 of
+/// `username:password`), or an `identity_token`. Never logged or shown: `Debug` and
+/// `Serialize` (which `crictl info` reads) redact every secret.
+#[derive(Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryCredentials {
+    pub username: String,
+    pub password: String,
+    pub auth: String,
+    pub identity_token: String,
+}
+
+impl RegistryCredentials {
+    fn redacted(&self) -> BTreeMap<&'static str, &str> {
+        let mut m = BTreeMap::new();
+        if !self.username.is_empty() {
+            m.insert("username", self.username.as_str());
+        }
+        for (key, value) in [
+            ("password", &self.password),
+            ("auth", &self.auth),
+            ("identity_token", &self.identity_token),
+        ] {
+            if !value.is_empty() {
+                m.insert(key, "<redacted>");
+            }
+        }
+        m
+    }
+
+    /// Exactly one way to authenticate, and `auth` decodes to `username:password`.
+    fn validate(&self) -> Result<(), String> {
+        let basic = !self.username.is_empty() || !self.password.is_empty();
+        let ways = [
+            basic,
+            !self.auth.is_empty(),
+            !self.identity_token.is_empty(),
+        ];
+        match ways.iter().filter(|w| **w).count() {
+            0 => return Err("set username and password, auth, or identity_token".into()),
+            1 => {}
+            _ => return Err("set only one of username/password, auth, identity_token".into()),
+        }
+        if basic && (self.username.is_empty() || self.password.is_empty()) {
+            return Err("username and password go together".into());
+        }
+        if !self.auth.is_empty() {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(self.auth.trim())
+                .ok()
+                .and_then(|raw| String::from_utf8(raw).ok());
+            if !decoded.is_some_and(|t| t.contains(':')) {
+                return Err("auth is not base64 of username:password".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.redacted()).finish()
+    }
+}
+
+impl Serialize for RegistryCredentials {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.redacted().serialize(s)
+    }
 }
 
 /// The image store and pulls.
@@ -269,6 +344,9 @@ impl Config {
             }
         }
         for (host, c) in &self.registry.configs {
+            if let Some(Err(e)) = c.auth.as_ref().map(RegistryCredentials::validate) {
+                return invalid(format!("registry.configs.{host:?}.auth: {e}"));
+            }
             if let Some(ca) = &c.ca_file {
                 if !ca.is_file() {
                     return invalid(format!(
@@ -395,6 +473,44 @@ mod tests {
         c.image.max_concurrent_downloads = 0;
         assert!(c.validate().is_err());
         assert!(Config::parse("[image]\nbogus = 1").is_err());
+    }
+
+    #[test]
+    fn registry_credentials_are_checked_and_never_shown() {
+        let c = Config::parse(
+            r#"
+            [registry.configs."mirror.example".auth]
+            username = "alice"
+            password = "s3cret"
+            [registry.configs."other.example".auth]
+            auth = "Ym9iOnB3"
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let shown = format!("{:?} {}", c.registry, serde_json::to_string(&c).unwrap());
+        assert!(
+            shown.contains("alice") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("Ym9iOnB3"),
+            "{shown}"
+        );
+        for (bad, why) in [
+            ("username = \"u\"", "go together"),
+            ("password = \"p\"\nauth = \"Ym9iOnB3\"", "only one"),
+            ("auth = \"bm9jb2xvbg==\"", "username:password"),
+            ("auth = \"%%%\"", "username:password"),
+            ("", "set username"),
+        ] {
+            let c = Config::parse(&format!("[registry.configs.\"h\".auth]\n{bad}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("registry.configs.\"h\".auth") && e.contains(why),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -805,6 +805,58 @@ async fn basic_auth_registry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_credentials_in_the_config_reach_a_private_mirror() {
+    let reg = Registry::start(Auth::Token {
+        user: "bob".into(),
+        password: "t0ken-pw".into(),
+    });
+    let img = image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("team/app", "1", &img).await;
+    let node_auth = |pw: &str| {
+        let table = format!("[registry.configs.\"{}\".auth]", reg.addr);
+        mirror_config(
+            "registry.test",
+            &reg.addr,
+            &format!("{table}\nusername = \"bob\"\npassword = \"{pw}\"\n"),
+        )
+    };
+    // The pull carries no credentials; the mirror gets the node's.
+    let c = Crust::start(&node_auth("t0ken-pw"));
+    assert_eq!(
+        pull(&c, "registry.test/team/app:1", None).await.unwrap(),
+        img.id()
+    );
+    let mut rt = pb::runtime_service_client::RuntimeServiceClient::new(
+        crust_daemon::connect(&c.socket()).await,
+    );
+    let info = rt
+        .status(pb::StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner()
+        .info;
+    let shown = format!("{info:?}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+    assert!(!shown.contains("t0ken-pw") && !c.log().contains("t0ken-pw"));
+    drop(c);
+
+    let c = Crust::start(&node_auth("wrong"));
+    let e = pull(&c, "registry.test/team/app:1", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e}");
+    let want = format!(
+        "rejected the credentials from registry.configs.\"{}\".auth",
+        reg.addr
+    );
+    assert!(e.message().contains(&want), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_auth_registry() {
     let reg = Registry::start(Auth::Token {
         user: "bob".into(),

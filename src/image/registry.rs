@@ -4,6 +4,8 @@
 //! registry failures into `PullError`s that say what was wrong in one line.
 //!
 //! Credentials from a request are sent only to the image's own registry, never to a mirror.
+//! Credentials configured for a host (`registry.configs.<host>.auth`, the node's own) are sent
+//! to that host, mirror or registry, when the request has none for it.
 //! They are never logged: `Credentials` redacts itself in `Debug`.
 
 use std::collections::HashMap;
@@ -25,7 +27,7 @@ use super::http::{self, AuthHeader, FetchError, Tls};
 use super::manifest::{ACCEPTED_MANIFESTS, Descriptor};
 use super::reference::{DEFAULT_DOMAIN, ImageRef};
 use super::{ImageSettings, PullError};
-use crate::config::{RegistryConfig, endpoint_host};
+use crate::config::{RegistryConfig, RegistryCredentials, endpoint_host};
 
 /// Credentials from a PullImage request's AuthConfig.
 #[derive(Clone, Default)]
@@ -252,11 +254,7 @@ impl Registries {
         image: &ImageRef,
         creds: &Credentials,
     ) -> Result<Session, PullError> {
-        let auth = if ep.upstream && creds.applies_to(&image.domain) {
-            creds.auth()?
-        } else {
-            Auth::Anonymous
-        };
+        let (auth, credentials_from) = self.auth_for(ep, image, creds)?;
         let (client, http) = self.clients(ep, !matches!(auth, Auth::Anonymous))?;
         let mut reference = oci_client::Reference::with_tag(
             image.domain.clone(),
@@ -275,9 +273,44 @@ impl Registries {
             header: AuthHeader::None,
             endpoint: ep.clone(),
             registry: ep.to_string(),
+            credentials_from,
             timeout: self.timeout,
         };
         session.authenticate(auth).await
+    }
+
+    /// What `ep` is sent, and where it came from (for messages): the request's credentials on
+    /// the image's own registry when they apply to it, else the node's credentials configured
+    /// for the endpoint host, else nothing.
+    fn auth_for(
+        &self,
+        ep: &Endpoint,
+        image: &ImageRef,
+        creds: &Credentials,
+    ) -> Result<(Auth, String), PullError> {
+        if ep.upstream && creds.applies_to(&image.domain) && !creds.is_anonymous() {
+            return Ok((creds.auth()?, "from the request".into()));
+        }
+        let configured = self.config.configs.get(&ep.host);
+        match configured.and_then(|c| c.auth.as_ref()) {
+            Some(node) => Ok((
+                Credentials::from(node).auth()?,
+                format!("from registry.configs.{:?}.auth", ep.host),
+            )),
+            None => Ok((Auth::Anonymous, String::new())),
+        }
+    }
+}
+
+impl From<&RegistryCredentials> for Credentials {
+    fn from(c: &RegistryCredentials) -> Credentials {
+        Credentials {
+            username: c.username.clone(),
+            password: c.password.clone(),
+            auth: c.auth.clone(),
+            identity_token: c.identity_token.clone(),
+            ..Credentials::default()
+        }
     }
 }
 
@@ -292,6 +325,8 @@ pub struct Session {
     endpoint: Endpoint,
     /// The endpoint as messages name it (`https://host`).
     pub registry: String,
+    /// Where the credentials sent came from, for messages (empty when none were sent).
+    credentials_from: String,
     timeout: Duration,
 }
 
@@ -434,12 +469,18 @@ impl Session {
     /// A 401: no credentials sent, or these ones refused.
     fn no_auth(&self) -> PullError {
         let detail = if !self.anonymous() {
-            "rejected the credentials (HTTP 401)".into()
+            format!(
+                "rejected the credentials {} (HTTP 401)",
+                self.credentials_from
+            )
         } else if self.reference.registry() == DEFAULT_DOMAIN {
             // Docker Hub answers 401, not 404, for repositories that do not exist.
             "requires authentication and the request carried no credentials (or the repository does not exist)".into()
         } else {
-            "requires authentication and the request carried no credentials".into()
+            format!(
+                "requires authentication and neither the request nor registry.configs.{:?}.auth gave credentials",
+                self.endpoint.host
+            )
         };
         PullError::Unauthenticated {
             registry: self.registry.clone(),
@@ -513,12 +554,13 @@ impl Session {
             OciDistributionError::AuthenticationFailure(_) if self.anonymous() => self.no_auth(),
             OciDistributionError::AuthenticationFailure(reason) => {
                 let reason = http::brief(reason.as_bytes());
+                let refused = format!("rejected the credentials {}", self.credentials_from);
                 PullError::Unauthenticated {
                     registry,
                     detail: if reason.is_empty() {
-                        "rejected the credentials".into()
+                        refused
                     } else {
-                        format!("rejected the credentials: {reason}")
+                        format!("{refused}: {reason}")
                     },
                 }
             }
