@@ -32,6 +32,7 @@ mod http;
 mod idle;
 mod import;
 mod manifest;
+mod overlay;
 mod pull;
 mod records;
 pub mod reference;
@@ -52,6 +53,7 @@ pub use digest::Digest;
 pub use fsinfo::FsUsage;
 pub use import::ImportError;
 pub use manifest::{ImageConfig, Platform, RuntimeConfig};
+pub use overlay::{Upper, mount_overlay};
 pub use records::{ImageRecord, LayerRef};
 pub use reference::{ImageRef, ReferenceError};
 pub use registry::Credentials;
@@ -93,6 +95,8 @@ pub enum ImageError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("mounting the image's layers on {target}: {detail}")]
+    Mount { target: PathBuf, detail: String },
 }
 
 /// Why a pull failed. Messages name the registry, the blob or the entry that was wrong.

@@ -1,0 +1,289 @@
+//! Mounting an image's layers as an overlayfs: the root filesystem a container runs on.
+//!
+//! Where the kernel has overlayfs's `lowerdir+` key (Linux 6.8), the new mount API adds one
+//! layer per call, so any number of layers mounts: the classic `lowerdir=a:b:c` option must fit
+//! in one page (4 KiB), about 40 of crust's layer paths, and images with more layers exist.
+//! Older kernels get the classic option string, and a clear error when it would not fit.
+//! Failures carry the kernel's own message (`overlayfs: failed to resolve ...`) where the new
+//! API gives one.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::io::Errno;
+use rustix::mount::{
+    FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, fsconfig_create,
+    fsconfig_set_string, fsmount, fsopen, move_mount,
+};
+
+use super::ImageError;
+use super::rootfs::ImageUse;
+
+/// The mount data page: the classic option string must fit in it, with its terminating NUL.
+const MOUNT_DATA_MAX: usize = 4095;
+
+/// A writable layer on top of the image: `upperdir` and `workdir` on the same filesystem.
+#[derive(Debug, Clone, Copy)]
+pub struct Upper<'a> {
+    pub upper: &'a Path,
+    pub work: &'a Path,
+}
+
+impl ImageUse {
+    /// Mounts this image's layers on `target`, writable through `upper` when given (read-only
+    /// otherwise, which needs at least two layers).
+    pub fn mount(&self, target: &Path, upper: Option<Upper<'_>>) -> Result<(), ImageError> {
+        mount_overlay(&self.lowerdirs, upper, target)
+    }
+}
+
+/// Mounts `lowerdirs` (topmost first) with the new mount API, or the classic option string on
+/// kernels without `lowerdir+`.
+pub fn mount_overlay(
+    lowerdirs: &[PathBuf],
+    upper: Option<Upper<'_>>,
+    target: &Path,
+) -> Result<(), ImageError> {
+    if lowerdirs.is_empty() {
+        return Err(failed(target, "the image has no layers".into()));
+    }
+    match mount_layer_by_layer(lowerdirs, upper, target) {
+        Err(Fallback::Classic) => mount_classic(lowerdirs, upper, target),
+        Err(Fallback::Failed(detail)) => Err(failed(target, detail)),
+        Ok(()) => Ok(()),
+    }
+}
+
+enum Fallback {
+    /// This kernel lacks the new mount API or `lowerdir+`.
+    Classic,
+    Failed(String),
+}
+
+fn mount_layer_by_layer(
+    lowerdirs: &[PathBuf],
+    upper: Option<Upper<'_>>,
+    target: &Path,
+) -> Result<(), Fallback> {
+    let fs = match fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC) {
+        Ok(fs) => fs,
+        Err(Errno::NOSYS) => return Err(Fallback::Classic),
+        Err(e) => return Err(Fallback::Failed(format!("opening overlayfs: {e}"))),
+    };
+    let set = |key: &str, value: &Path| {
+        fsconfig_set_string(&fs, key, value)
+            .map_err(|e| explain(&fs, format!("{key} {}", value.display()), e))
+    };
+    for (i, dir) in lowerdirs.iter().enumerate() {
+        if let Err(e) = fsconfig_set_string(&fs, "lowerdir+", dir) {
+            // The first layer tells whether the key exists; later ones are real failures.
+            if i == 0 && e == Errno::INVAL && !dir.is_dir() {
+                return Err(Fallback::Failed(format!(
+                    "layer {} is missing",
+                    dir.display()
+                )));
+            }
+            if i == 0 && e == Errno::INVAL {
+                return Err(Fallback::Classic);
+            }
+            return Err(explain(&fs, format!("layer {}", dir.display()), e));
+        }
+    }
+    if let Some(u) = upper {
+        set("upperdir", u.upper)?;
+        set("workdir", u.work)?;
+    }
+    fsconfig_create(&fs).map_err(|e| explain(&fs, "creating the overlay".into(), e))?;
+    let attrs = if upper.is_some() {
+        MountAttrFlags::empty()
+    } else {
+        MountAttrFlags::MOUNT_ATTR_RDONLY
+    };
+    let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, attrs)
+        .map_err(|e| explain(&fs, "mounting".into(), e))?;
+    move_mount(
+        mnt.as_fd(),
+        "",
+        rustix::fs::CWD,
+        target,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(|e| Fallback::Failed(format!("attaching the mount: {e}")))
+}
+
+/// `step` failed with `e`; the kernel's messages on the fs context say why.
+fn explain(fs: &OwnedFd, step: String, e: Errno) -> Fallback {
+    let said = kernel_messages(fs);
+    Fallback::Failed(if said.is_empty() {
+        format!("{step}: {e}")
+    } else {
+        format!("{step}: {e} ({said})")
+    })
+}
+
+/// Reads the messages the kernel queued on an fs context (`e overlayfs: ...`), without the
+/// level prefix.
+fn kernel_messages(fs: &OwnedFd) -> String {
+    let mut said = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = rustix::io::read(fs, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        let line = String::from_utf8_lossy(&buf[..n]);
+        said.push(line.get(2..).unwrap_or_default().trim().to_owned());
+    }
+    said.join("; ")
+}
+
+fn mount_classic(
+    lowerdirs: &[PathBuf],
+    upper: Option<Upper<'_>>,
+    target: &Path,
+) -> Result<(), ImageError> {
+    let data = classic_options(lowerdirs, upper).map_err(|d| failed(target, d))?;
+    let flags = if upper.is_some() {
+        nix::mount::MsFlags::empty()
+    } else {
+        nix::mount::MsFlags::MS_RDONLY
+    };
+    nix::mount::mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        flags,
+        Some(data.as_str()),
+    )
+    .map_err(|e| failed(target, format!("mount: {e}")))
+}
+
+/// `lowerdir=a:b:c[,upperdir=u,workdir=w]`, refused when it does not fit the mount data page.
+fn classic_options(lowerdirs: &[PathBuf], upper: Option<Upper<'_>>) -> Result<String, String> {
+    let mut dirs = Vec::with_capacity(lowerdirs.len());
+    for d in lowerdirs {
+        let s = d.to_str().filter(|s| !s.contains([':', ',']));
+        dirs.push(s.ok_or_else(|| format!("layer path {} cannot be a mount option", d.display()))?);
+    }
+    let mut data = format!("lowerdir={}", dirs.join(":"));
+    if let Some(u) = upper {
+        data.push_str(&format!(
+            ",upperdir={},workdir={}",
+            u.upper.display(),
+            u.work.display()
+        ));
+    }
+    if data.len() > MOUNT_DATA_MAX {
+        return Err(format!(
+            "{} layers need a {}-byte mount option, over the kernel's {MOUNT_DATA_MAX}; \
+             Linux 6.8 or later mounts any number of layers",
+            lowerdirs.len(),
+            data.len()
+        ));
+    }
+    Ok(data)
+}
+
+fn failed(target: &Path, detail: String) -> ImageError {
+    ImageError::Mount {
+        target: target.to_owned(),
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` layers with long paths, layer i holding file `i` and `top` saying which is highest;
+    /// topmost first.
+    fn layers(root: &Path, n: usize) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let d = root.join(format!("{i:0>64}")).join("fs");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(i.to_string()), b"").unwrap();
+            std::fs::write(d.join("top"), i.to_string()).unwrap();
+            dirs.push(d);
+        }
+        dirs.reverse();
+        dirs
+    }
+
+    fn require_root() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "SKIPPED is not a pass: mounting needs root (make test runs as root)"
+        );
+    }
+
+    #[test]
+    fn mounts_more_layers_than_the_option_page_holds() {
+        require_root();
+        let t = tempfile::tempdir().unwrap();
+        let lower = layers(&t.path().join("layers"), 120);
+        assert!(
+            classic_options(&lower, None).is_err(),
+            "the test must exceed one page"
+        );
+        let (up, work, merged) = (t.path().join("u"), t.path().join("w"), t.path().join("m"));
+        for d in [&up, &work, &merged] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let upper = Upper {
+            upper: &up,
+            work: &work,
+        };
+        mount_overlay(&lower, Some(upper), &merged).unwrap();
+        let seen = (
+            merged.join("0").exists(),
+            merged.join("119").exists(),
+            std::fs::read_to_string(merged.join("top")).ok(),
+            std::fs::write(merged.join("new"), b"w").is_ok(),
+        );
+        nix::mount::umount2(&merged, nix::mount::MntFlags::MNT_DETACH).unwrap();
+        assert_eq!(seen, (true, true, Some("119".into()), true));
+        assert!(up.join("new").exists(), "writes land in the upper dir");
+    }
+
+    #[test]
+    fn read_only_without_an_upper_and_failures_say_why() {
+        require_root();
+        let t = tempfile::tempdir().unwrap();
+        let lower = layers(t.path(), 3);
+        let merged = t.path().join("m");
+        std::fs::create_dir(&merged).unwrap();
+        mount_overlay(&lower, None, &merged).unwrap();
+        let write = std::fs::write(merged.join("x"), b"");
+        nix::mount::umount2(&merged, nix::mount::MntFlags::MNT_DETACH).unwrap();
+        assert!(write.is_err(), "no upper: read-only");
+
+        let mut gone = lower.clone();
+        gone.push(t.path().join("no-such-layer"));
+        let e = mount_overlay(&gone, None, &merged).unwrap_err().to_string();
+        assert!(
+            e.contains("no-such-layer") && e.contains(&merged.display().to_string()),
+            "{e}"
+        );
+        let e = mount_overlay(&[], None, &merged).unwrap_err().to_string();
+        assert!(e.contains("no layers"), "{e}");
+    }
+
+    #[test]
+    fn the_classic_option_string_fits_or_is_refused() {
+        let dirs = [PathBuf::from("/l/2"), PathBuf::from("/l/1")];
+        let upper = Upper {
+            upper: Path::new("/u"),
+            work: Path::new("/w"),
+        };
+        assert_eq!(
+            classic_options(&dirs, Some(upper)).unwrap(),
+            "lowerdir=/l/2:/l/1,upperdir=/u,workdir=/w"
+        );
+        assert!(classic_options(&[PathBuf::from("/a:b")], None).is_err());
+        let many: Vec<_> = (0..50)
+            .map(|i| PathBuf::from(format!("/{i:0>90}")))
+            .collect();
+        let e = classic_options(&many, None).unwrap_err();
+        assert!(e.contains("50 layers") && e.contains("6.8"), "{e}");
+    }
+}
