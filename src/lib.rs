@@ -9,5 +9,6 @@ pub mod image;
 pub mod monitor;
 pub mod network;
 pub mod sandbox;
+pub mod snapshot;
 pub mod store;
 pub mod sys;

@@ -36,10 +36,9 @@ impl From<ImageError> for Status {
             ImageError::Reference(_) | ImageError::Ambiguous(_) => Code::InvalidArgument,
             ImageError::NotFound(_) => Code::NotFound,
             ImageError::Pull { error, .. } => pull_code(error),
-            ImageError::Import { .. }
-            | ImageError::Store(_)
-            | ImageError::Io { .. }
-            | ImageError::Mount { .. } => Code::Internal,
+            ImageError::Import { .. } | ImageError::Store(_) | ImageError::Io { .. } => {
+                Code::Internal
+            }
         };
         Status::new(code, e.to_string())
     }

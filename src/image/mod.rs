@@ -32,7 +32,6 @@ mod http;
 mod idle;
 mod import;
 mod manifest;
-mod overlay;
 mod pull;
 mod records;
 pub mod reference;
@@ -53,7 +52,6 @@ pub use digest::Digest;
 pub use fsinfo::FsUsage;
 pub use import::ImportError;
 pub use manifest::{ImageConfig, Platform, RuntimeConfig};
-pub use overlay::{Upper, mount_overlay};
 pub use records::{ImageRecord, LayerRef};
 pub use reference::{ImageRef, ReferenceError};
 pub use registry::Credentials;
@@ -95,8 +93,6 @@ pub enum ImageError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("mounting the image's layers on {target}: {detail}")]
-    Mount { target: PathBuf, detail: String },
 }
 
 /// Why a pull failed. Messages name the registry, the blob or the entry that was wrong.

@@ -16,9 +16,6 @@ use rustix::mount::{
     fsconfig_set_string, fsmount, fsopen, move_mount,
 };
 
-use super::ImageError;
-use super::rootfs::ImageUse;
-
 /// The mount data page: the classic option string must fit in it, with its terminating NUL.
 const MOUNT_DATA_MAX: usize = 4095;
 
@@ -29,21 +26,22 @@ pub struct Upper<'a> {
     pub work: &'a Path,
 }
 
-impl ImageUse {
-    /// Mounts this image's layers on `target`, writable through `upper` when given (read-only
-    /// otherwise, which needs at least two layers).
-    pub fn mount(&self, target: &Path, upper: Option<Upper<'_>>) -> Result<(), ImageError> {
-        mount_overlay(&self.lowerdirs, upper, target)
-    }
+/// Why an overlay could not be mounted.
+#[derive(Debug, thiserror::Error)]
+#[error("mounting the image's layers on {target}: {detail}")]
+pub struct OverlayError {
+    pub target: PathBuf,
+    pub detail: String,
 }
 
-/// Mounts `lowerdirs` (topmost first) with the new mount API, or the classic option string on
-/// kernels without `lowerdir+`.
+/// Mounts `lowerdirs` (topmost first, as `ImageUse::lowerdirs` gives them) on `target`,
+/// writable through `upper` when given, read-only otherwise (which needs two layers or more).
+/// The new mount API where the kernel has `lowerdir+`, else the classic option string.
 pub fn mount_overlay(
     lowerdirs: &[PathBuf],
     upper: Option<Upper<'_>>,
     target: &Path,
-) -> Result<(), ImageError> {
+) -> Result<(), OverlayError> {
     if lowerdirs.is_empty() {
         return Err(failed(target, "the image has no layers".into()));
     }
@@ -140,7 +138,7 @@ fn mount_classic(
     lowerdirs: &[PathBuf],
     upper: Option<Upper<'_>>,
     target: &Path,
-) -> Result<(), ImageError> {
+) -> Result<(), OverlayError> {
     let data = classic_options(lowerdirs, upper).map_err(|d| failed(target, d))?;
     let flags = if upper.is_some() {
         nix::mount::MsFlags::empty()
@@ -183,8 +181,8 @@ fn classic_options(lowerdirs: &[PathBuf], upper: Option<Upper<'_>>) -> Result<St
     Ok(data)
 }
 
-fn failed(target: &Path, detail: String) -> ImageError {
-    ImageError::Mount {
+fn failed(target: &Path, detail: String) -> OverlayError {
+    OverlayError {
         target: target.to_owned(),
         detail,
     }
