@@ -222,19 +222,12 @@ fn rich_layers() -> Vec<(Vec<u8>, Comp)> {
     ]
 }
 
-/// The layers stacked by a real overlayfs mount, as a container's root filesystem will be:
+/// The layers stacked by crust's overlayfs mount, as a container's root filesystem will be:
 /// whiteouts hide, opaque directories hide, upper layers win.
 fn check_merged_view(lower: &[PathBuf]) {
     let target = tempfile::tempdir().unwrap();
-    let dirs: Vec<_> = lower.iter().map(|p| p.to_str().unwrap()).collect();
-    nix::mount::mount(
-        Some("overlay"),
-        target.path(),
-        Some("overlay"),
-        nix::mount::MsFlags::MS_RDONLY,
-        Some(format!("lowerdir={}", dirs.join(":")).as_str()),
-    )
-    .expect("the lowerdirs mount as an overlayfs");
+    crust::snapshot::mount_overlay(lower, None, target.path())
+        .expect("the lowerdirs mount as an overlayfs");
     let m = target.path();
     let seen = (
         m.join("gone").symlink_metadata().is_err(),
