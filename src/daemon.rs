@@ -176,12 +176,12 @@ fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
 /// One daemon per state directory: the lock is held for the daemon's life.
 fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, DaemonError> {
     let path = state.join("crust.lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io("opening", &path))?;
+    if !path.exists() {
+        std::fs::write(&path, b"").map_err(io("creating", &path))?;
+    }
+    // Held read-only: flock needs no write access, and a writer would keep the state
+    // filesystem from being remounted read-only.
+    let file = std::fs::File::open(&path).map_err(io("opening", &path))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
         DaemonError::AlreadyRunning(format!(
             "{} (it holds {}); stop it first",

@@ -244,6 +244,48 @@ async fn network_not_ready_is_reported_precisely() {
 }
 
 #[tokio::test]
+async fn runtime_not_ready_names_the_read_only_state_dir() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let runtime_condition = |s: pb::StatusResponse| {
+        s.status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.r#type == "RuntimeReady")
+            .unwrap()
+    };
+    let status = pb::StatusRequest { verbose: false };
+    let cond = runtime_condition(c.status(status).await.unwrap().into_inner());
+    assert!(cond.status, "{}", cond.message);
+
+    // The state dir's filesystem (crust's tmpfs) goes read-only, as after a disk error.
+    let remount = |opts: &str| {
+        sh("mount", &["-o", opts, d.state.to_str().unwrap()]);
+    };
+    remount("remount,bind,ro");
+    let cond = runtime_condition(c.status(status).await.unwrap().into_inner());
+    let err = c.run_pod_sandbox(run_request(pod_config("ro"))).await;
+    remount("remount,bind,rw");
+    assert!(!cond.status);
+    assert_eq!(cond.reason, "StateNotWritable");
+    assert!(
+        cond.message.contains(&d.state.display().to_string()) && cond.message.contains("read-only"),
+        "{}",
+        cond.message
+    );
+    let err = err.unwrap_err();
+    assert!(
+        err.message().contains(&d.state.display().to_string())
+            && err.message().contains("Read-only"),
+        "RunPodSandbox names the directory: {err}"
+    );
+    let cond = runtime_condition(c.status(status).await.unwrap().into_inner());
+    assert!(cond.status, "ready again: {}", cond.message);
+    d.assert_clean();
+}
+
+#[tokio::test]
 async fn every_rpc_is_registered_and_unbuilt_ones_say_so() {
     let d = Daemon::start();
     let mut c = d.client().await;

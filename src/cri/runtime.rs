@@ -167,6 +167,10 @@ impl RuntimeService for RuntimeServer {
                 Some(("NetworkPluginNotReady", e.to_string())),
             ),
         };
+        let runtime = match self.sandboxes.ready() {
+            Ok(()) => condition("RuntimeReady", None),
+            Err(e) => condition("RuntimeReady", Some((e.reason, e.message))),
+        };
         let mut info = std::collections::HashMap::new();
         if req.into_inner().verbose {
             info.insert("config".to_owned(), self.config_info.clone());
@@ -183,7 +187,7 @@ impl RuntimeService for RuntimeServer {
         }
         Ok(Response::new(pb::StatusResponse {
             status: Some(pb::RuntimeStatus {
-                conditions: vec![condition("RuntimeReady", None), network],
+                conditions: vec![runtime, network],
             }),
             info,
             runtime_handlers: self

@@ -11,6 +11,7 @@
 pub mod cgroup;
 mod files;
 pub mod model;
+mod ready;
 mod recover;
 mod remove;
 mod run;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 pub use cgroup::CgroupSettings;
 pub use model::*;
+pub use ready::NotReady;
 pub use recover::RecoverySummary;
 pub use status::{SandboxFilter, SandboxView};
 

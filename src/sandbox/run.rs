@@ -65,7 +65,7 @@ impl Sandboxes {
             let _ = std::fs::remove_dir_all(&record.dir);
             return Err(SandboxError::Run {
                 step: "prepare sandbox directory",
-                error: e.to_string(),
+                error: format!("{}: {e}", record.dir.display()),
                 cleanup: None,
             });
         }
