@@ -10,5 +10,6 @@ pub mod monitor;
 pub mod network;
 pub mod sandbox;
 pub mod snapshot;
+pub mod stats;
 pub mod store;
 pub mod sys;

@@ -418,3 +418,134 @@ async fn concurrent_pods_get_distinct_addresses_and_all_clean_up() {
     assert!(d.pod_cgroups().is_empty());
     assert!(Daemon::entries(&d.ns_dir()).is_empty());
 }
+
+/// Moves `pid` into the pod cgroup `path` in every hierarchy that has it (v1 or v2).
+fn join_pod_cgroup(path: &str, pid: u32) {
+    let mut joined = 0;
+    let roots = std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten();
+    for root in roots
+        .map(|e| e.path())
+        .chain([std::path::PathBuf::from("/sys/fs/cgroup")])
+    {
+        let procs = root.join(path.trim_start_matches('/')).join("cgroup.procs");
+        if procs.exists() {
+            std::fs::write(&procs, pid.to_string()).unwrap();
+            joined += 1;
+        }
+    }
+    assert!(joined > 0, "pod cgroup {path} not found");
+}
+
+#[tokio::test]
+async fn pod_stats_measure_the_pod_cgroup_and_network() {
+    use std::io::Write;
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("measured");
+    config.labels.insert("app".into(), "measured".into());
+    let id = run_pod(&mut c, config).await;
+    let mut host = pod_config("measured-host");
+    with_namespaces(
+        &mut host,
+        pb::NamespaceMode::Node,
+        pb::NamespaceMode::Pod,
+        pb::NamespaceMode::Pod,
+    );
+    let host_id = run_pod(&mut c, host).await;
+    let (s, info) = status(&mut c, &id).await;
+    sh("ping", &["-c", "2", "-W", "2", &s.network.unwrap().ip]);
+
+    // A process in the pod cgroup that burns CPU and then stays, holding memory.
+    let mut worker = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "read go; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    join_pod_cgroup(info["cgroup"].as_str().unwrap(), worker.id());
+    writeln!(worker.stdin.as_mut().unwrap(), "go").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let stats = |id: &str| pb::PodSandboxStatsRequest {
+        pod_sandbox_id: id.into(),
+    };
+    let first = c.pod_sandbox_stats(stats(&id)).await.unwrap().into_inner();
+    let second = c.pod_sandbox_stats(stats(&id)).await.unwrap().into_inner();
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let a = first.stats.unwrap();
+    let attrs = a.attributes.unwrap();
+    assert_eq!(attrs.id, id);
+    assert_eq!(attrs.metadata.unwrap().name, "measured");
+    assert_eq!(attrs.labels["app"], "measured");
+    let linux = a.linux.unwrap();
+    let cpu = linux.cpu.unwrap();
+    assert!(
+        cpu.usage_core_nano_seconds.unwrap().value > 1_000_000,
+        "{cpu:?}"
+    );
+    assert!(cpu.timestamp > 0);
+    let mem = linux.memory.unwrap();
+    assert!(mem.working_set_bytes.unwrap().value > 0, "{mem:?}");
+    assert!(mem.usage_bytes.unwrap().value >= mem.working_set_bytes.unwrap().value);
+    assert!(linux.process.unwrap().process_count.unwrap().value >= 2);
+    let net = linux.network.unwrap();
+    let eth0 = net.default_interface.unwrap();
+    assert_eq!(eth0.name, "eth0");
+    assert!(eth0.rx_bytes.unwrap().value > 0 && eth0.tx_bytes.unwrap().value > 0);
+    let cores = second.stats.unwrap().linux.unwrap().cpu.unwrap();
+    assert!(
+        cores.usage_nano_cores.is_some(),
+        "a rate from the second sample"
+    );
+
+    // The list: ready pods only, filtered by id prefix or labels; host network has no network.
+    let list = |f: pb::PodSandboxStatsFilter| pb::ListPodSandboxStatsRequest { filter: Some(f) };
+    let by_label = pb::PodSandboxStatsFilter {
+        label_selector: [("app".to_owned(), "measured".to_owned())].into(),
+        ..Default::default()
+    };
+    let got = c
+        .list_pod_sandbox_stats(list(by_label))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<_> = got
+        .stats
+        .iter()
+        .map(|s| s.attributes.clone().unwrap().id)
+        .collect();
+    assert_eq!(ids, std::slice::from_ref(&id));
+    let by_id = pb::PodSandboxStatsFilter {
+        id: host_id[..12].into(),
+        ..Default::default()
+    };
+    let got = c
+        .list_pod_sandbox_stats(list(by_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.stats.len(), 1);
+    assert!(
+        got.stats[0].linux.as_ref().unwrap().network.is_none(),
+        "host network"
+    );
+
+    stop_pod(&mut c, &id).await;
+    let e = c.pod_sandbox_stats(stats(&id)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("not ready"), "{e}");
+    let all = c
+        .list_pod_sandbox_stats(list(Default::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(all.stats.len(), 1, "stopped pods have no stats");
+    let e = c.pod_sandbox_stats(stats("nope")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    remove_pod(&mut c, &id).await;
+    remove_pod(&mut c, &host_id).await;
+    d.assert_clean();
+}

@@ -97,7 +97,7 @@ fn mode_to_pb(m: NamespaceMode) -> i32 {
     }) as i32
 }
 
-fn metadata(m: &PodMetadata) -> pb::PodSandboxMetadata {
+pub(super) fn metadata(m: &PodMetadata) -> pb::PodSandboxMetadata {
     pb::PodSandboxMetadata {
         name: m.name.clone(),
         uid: m.uid.clone(),

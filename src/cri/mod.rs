@@ -7,6 +7,7 @@ mod convert;
 mod deadline;
 pub mod image;
 pub mod runtime;
+mod stats;
 pub mod status;
 
 /// Generated CRI v1 protobuf and gRPC types (package `runtime.v1`).

@@ -8,9 +8,9 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::convert;
 use super::pb::{self, runtime_service_server::RuntimeService};
 use super::status::{invalid, unimplemented};
+use super::{convert, stats};
 use crate::config::CgroupDriver;
 use crate::network::Cni;
 use crate::sandbox::Sandboxes;
@@ -30,6 +30,18 @@ type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>
 /// Kubelet's limit on ListPodSandbox responses is the gRPC message size; streams send pods in
 /// batches this size.
 const STREAM_BATCH: usize = 500;
+
+/// A stream answer: `items` in batches of `STREAM_BATCH`, each wrapped by `wrap`.
+fn batched<T: Clone, R: Send + 'static>(
+    items: Vec<T>,
+    wrap: impl Fn(Vec<T>) -> R,
+) -> Response<Stream_<R>> {
+    let batches: Vec<Result<R, Status>> = items
+        .chunks(STREAM_BATCH)
+        .map(|c| Ok(wrap(c.to_vec())))
+        .collect();
+    Response::new(Box::pin(tokio_stream::iter(batches)))
+}
 
 #[tonic::async_trait]
 impl RuntimeService for RuntimeServer {
@@ -145,15 +157,9 @@ impl RuntimeService for RuntimeServer {
             .iter()
             .map(convert::sandbox)
             .collect();
-        let batches: Vec<_> = all
-            .chunks(STREAM_BATCH)
-            .map(|c| {
-                Ok(pb::StreamPodSandboxesResponse {
-                    pod_sandboxes: c.to_vec(),
-                })
-            })
-            .collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
+        Ok(batched(all, |pod_sandboxes| {
+            pb::StreamPodSandboxesResponse { pod_sandboxes }
+        }))
     }
 
     async fn status(
@@ -344,16 +350,25 @@ impl RuntimeService for RuntimeServer {
 
     async fn pod_sandbox_stats(
         &self,
-        _: Request<pb::PodSandboxStatsRequest>,
+        req: Request<pb::PodSandboxStatsRequest>,
     ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
-        Err(unimplemented("PodSandboxStats"))
+        let id = req.into_inner().pod_sandbox_id;
+        let _span = tracing::debug_span!("PodSandboxStats", pod_id = %id).entered();
+        let s = self.sandboxes.stats(&id)?;
+        Ok(Response::new(pb::PodSandboxStatsResponse {
+            stats: Some(stats::pod_stats(&s)),
+        }))
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _: Request<pb::ListPodSandboxStatsRequest>,
+        req: Request<pb::ListPodSandboxStatsRequest>,
     ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
-        Err(unimplemented("ListPodSandboxStats"))
+        let filter = stats::stats_filter(req.into_inner().filter);
+        let all = self.sandboxes.list_stats(&filter);
+        Ok(Response::new(pb::ListPodSandboxStatsResponse {
+            stats: all.iter().map(stats::pod_stats).collect(),
+        }))
     }
 
     async fn checkpoint_container(
@@ -400,9 +415,18 @@ impl RuntimeService for RuntimeServer {
 
     async fn stream_pod_sandbox_stats(
         &self,
-        _: Request<pb::StreamPodSandboxStatsRequest>,
+        req: Request<pb::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        Err(unimplemented("StreamPodSandboxStats"))
+        let filter = stats::stats_filter(req.into_inner().filter);
+        let all: Vec<_> = self
+            .sandboxes
+            .list_stats(&filter)
+            .iter()
+            .map(stats::pod_stats)
+            .collect();
+        Ok(batched(all, |pod_sandbox_stats| {
+            pb::StreamPodSandboxStatsResponse { pod_sandbox_stats }
+        }))
     }
 
     async fn get_container_events(

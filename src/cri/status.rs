@@ -21,10 +21,13 @@ impl From<SandboxError> for Status {
             | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
             SandboxError::NameTaken { .. } => Code::AlreadyExists,
             SandboxError::NotFound(_) => Code::NotFound,
-            SandboxError::NetworkNotReady(_) => Code::FailedPrecondition,
-            SandboxError::Run { .. } | SandboxError::Teardown { .. } | SandboxError::Store(_) => {
-                Code::Internal
+            SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => {
+                Code::FailedPrecondition
             }
+            SandboxError::Run { .. }
+            | SandboxError::Teardown { .. }
+            | SandboxError::Stats { .. }
+            | SandboxError::Store(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
     }

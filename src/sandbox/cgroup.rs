@@ -69,6 +69,11 @@ impl CgroupSettings {
         self.manager(path)?.remove().map_err(|e| err(path, e))
     }
 
+    /// The cgroup's cpu, memory and pids statistics.
+    pub fn stats(&self, path: &str) -> Result<libcgroups::stats::Stats, CgroupError> {
+        self.manager(path)?.stats().map_err(|e| err(path, e))
+    }
+
     /// The pids in the cgroup (empty when it does not exist).
     pub fn pids(&self, path: &str) -> Vec<i32> {
         self.manager(path)

@@ -15,6 +15,7 @@ mod ready;
 mod recover;
 mod remove;
 mod run;
+mod stats;
 mod status;
 mod stop;
 mod teardown;
@@ -29,6 +30,7 @@ pub use cgroup::CgroupSettings;
 pub use model::*;
 pub use ready::NotReady;
 pub use recover::RecoverySummary;
+pub use stats::PodStats;
 pub use status::{SandboxFilter, SandboxView};
 
 use crate::network::Cni;
@@ -55,6 +57,10 @@ pub enum SandboxError {
     UnknownHandler { handler: String, known: Vec<String> },
     #[error("pod network is not ready: {0}")]
     NetworkNotReady(String),
+    #[error("pod sandbox {0} is not ready: it has no running processes to measure")]
+    NotReady(String),
+    #[error("reading the statistics of pod sandbox {id}: {error}")]
+    Stats { id: String, error: String },
     #[error("failed to {step}: {error}{}", cleanup_note(.cleanup))]
     Run {
         step: &'static str,
@@ -164,6 +170,8 @@ struct Held {
 pub struct Sandboxes {
     ctx: Arc<SandboxContext>,
     table: Mutex<Table>,
+    /// The previous CPU reading per pod, for PodSandboxStats' rate.
+    cpu_rates: crate::stats::CpuRates,
 }
 
 impl Sandboxes {
@@ -171,6 +179,7 @@ impl Sandboxes {
         Arc::new(Sandboxes {
             ctx: Arc::new(ctx),
             table: Mutex::new(Table::default()),
+            cpu_rates: crate::stats::CpuRates::default(),
         })
     }
 

@@ -26,6 +26,7 @@ impl Sandboxes {
             }
             _ => {}
         }
+        self.cpu_rates.forget(&held.id);
         let mut table = self.table();
         table.by_id.remove(&held.id);
         if table.names.get(&record.spec.metadata) == Some(&held.id) {
