@@ -121,6 +121,15 @@ fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// The smallest useful image: busybox in one gzip layer, for amd64.
+fn busybox_image() -> oci_build::Image {
+    image(
+        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    )
+}
+
 /// Three layers (gzip, zstd, none) exercising every entry kind and both whiteout forms.
 fn rich_layers() -> Vec<(Vec<u8>, Comp)> {
     let mut l1 = busybox_layer();
@@ -535,11 +544,7 @@ async fn index_short_names_tags_and_shared_layers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
     let reg = Registry::start(Auth::None);
-    let good = image(
-        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
-        json!({}),
-        "amd64",
-    );
+    let good = busybox_image();
     reg.push("good", "1", &good).await;
     let traversal = image(
         &[(
@@ -764,11 +769,7 @@ async fn basic_auth_registry() {
         user: "alice".into(),
         password: "s3cret".into(),
     });
-    let img = image(
-        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
-        json!({}),
-        "amd64",
-    );
+    let img = busybox_image();
     reg.push("private/app", "1", &img).await;
     let host = reg.addr.clone();
     let c = Crust::start(&mirror_config(&host, &reg.addr, ""));
@@ -803,11 +804,7 @@ async fn node_credentials_in_the_config_reach_a_private_mirror() {
         user: "bob".into(),
         password: "t0ken-pw".into(),
     });
-    let img = image(
-        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
-        json!({}),
-        "amd64",
-    );
+    let img = busybox_image();
     reg.push("team/app", "1", &img).await;
     let node_auth = |pw: &str| {
         let table = format!("[registry.configs.\"{}\".auth]", reg.addr);
@@ -855,11 +852,7 @@ async fn token_auth_registry() {
         user: "bob".into(),
         password: "t0ken-pw".into(),
     });
-    let img = image(
-        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
-        json!({}),
-        "amd64",
-    );
+    let img = busybox_image();
     reg.push("team/app", "1", &img).await;
     let host = reg.addr.clone();
     let c = Crust::start(&mirror_config(&host, &reg.addr, ""));
@@ -1087,11 +1080,7 @@ async fn a_broken_registry_gets_clear_errors_and_no_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_and_untrusted_tls_say_which_setting_to_change() {
     let reg = Registry::start(Auth::None);
-    let img = image(
-        &[(oci_build::tar(&busybox_layer()), Comp::Gzip)],
-        json!({}),
-        "amd64",
-    );
+    let img = busybox_image();
     reg.push("app", "1", &img).await;
     let tls = registry::TlsRegistry::start(&reg);
     let c = Crust::start(&format!(

@@ -172,18 +172,21 @@ async fn failing_cni_plugin_rolls_everything_back() {
     d.assert_clean();
 }
 
+/// The condition of type `kind` in a Status answer.
+fn condition(s: pb::StatusResponse, kind: &str) -> pb::RuntimeCondition {
+    s.status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.r#type == kind)
+        .unwrap()
+}
+
 #[tokio::test]
 async fn network_not_ready_is_reported_precisely() {
     let d = Daemon::prepare().spawn();
     let mut c = d.client().await;
-    let network_condition = |s: pb::StatusResponse| {
-        s.status
-            .unwrap()
-            .conditions
-            .into_iter()
-            .find(|c| c.r#type == "NetworkReady")
-            .unwrap()
-    };
+    let network_condition = |s| condition(s, "NetworkReady");
     let cond = network_condition(
         c.status(pb::StatusRequest { verbose: false })
             .await
@@ -247,14 +250,7 @@ async fn network_not_ready_is_reported_precisely() {
 async fn runtime_not_ready_names_the_read_only_state_dir() {
     let d = Daemon::start();
     let mut c = d.client().await;
-    let runtime_condition = |s: pb::StatusResponse| {
-        s.status
-            .unwrap()
-            .conditions
-            .into_iter()
-            .find(|c| c.r#type == "RuntimeReady")
-            .unwrap()
-    };
+    let runtime_condition = |s| condition(s, "RuntimeReady");
     let status = pb::StatusRequest { verbose: false };
     let cond = runtime_condition(c.status(status).await.unwrap().into_inner());
     assert!(cond.status, "{}", cond.message);
