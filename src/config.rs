@@ -187,6 +187,9 @@ pub struct ImageStoreConfig {
     pub max_concurrent_downloads: usize,
     /// A pull that receives no data for this many seconds is aborted.
     pub pull_progress_timeout_secs: u64,
+    /// Pulls stop (ResourceExhausted) rather than leave less than this share of the image
+    /// filesystem's space or inodes free; 0 turns the check off.
+    pub min_free_percent: u8,
 }
 
 impl Default for ImageStoreConfig {
@@ -194,6 +197,7 @@ impl Default for ImageStoreConfig {
         ImageStoreConfig {
             max_concurrent_downloads: 3,
             pull_progress_timeout_secs: 60,
+            min_free_percent: 5,
         }
     }
 }
@@ -362,6 +366,9 @@ impl Config {
         }
         if image.pull_progress_timeout_secs == 0 {
             return invalid("image.pull_progress_timeout_secs must be positive".into());
+        }
+        if image.min_free_percent > 50 {
+            return invalid("image.min_free_percent must be between 0 and 50".into());
         }
         Ok(())
     }

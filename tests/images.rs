@@ -721,6 +721,43 @@ async fn a_client_deadline_is_answered_with_deadline_exceeded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_that_would_fill_the_disk_is_stopped() {
+    // 48 MiB of zeros gzip to about 50 KiB: the blob fits, the unpacked layer would not.
+    let reg = Registry::start(Auth::None);
+    let zeros = vec![0u8; 48 << 20];
+    let bomb = image(
+        &[(oci_build::tar(&[file("zeros", &zeros)]), Comp::Gzip)],
+        json!({}),
+        "amd64",
+    );
+    reg.push("bomb", "1", &bomb).await;
+    let small = busybox_image();
+    reg.push("small", "1", &small).await;
+    let config = mirror_config(
+        "registry.test",
+        &reg.addr,
+        "[image]\nmin_free_percent = 30\n",
+    );
+    let c = Crust::start_on_small_disk(&config, 32);
+    let e = pull(&c, "registry.test/bomb:1", None).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e}");
+    assert!(
+        e.message().contains("min_free_percent") && e.message().contains(&bomb.layers[0].digest()),
+        "names the layer and the setting: {e}"
+    );
+    assert_store_clean(&c);
+    let free = rustix::fs::statvfs(c.root()).unwrap();
+    assert!(
+        free.f_bavail * 10 > free.f_blocks * 9,
+        "the partial layer was removed"
+    );
+    assert_eq!(
+        pull(&c, "registry.test/small:1", None).await.unwrap(),
+        small.id()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_pulls_share_one_download() {
     let reg = Registry::start(Auth::None);
     let big = oci_build::noise(0, 8_000_000);

@@ -58,6 +58,16 @@ fn pull_code(e: &PullError) -> Code {
         PullError::DigestMismatch { .. }
         | PullError::SizeMismatch { .. }
         | PullError::Invalid(_) => Code::DataLoss,
+        // The node's disk, not the image: pulling again after cleanup can work.
+        PullError::NoSpace(_)
+        | PullError::Layer {
+            error: UnpackError::NoSpace(_),
+            ..
+        } => Code::ResourceExhausted,
+        PullError::Layer {
+            error: UnpackError::Fs { source, .. },
+            ..
+        } if source.kind() == std::io::ErrorKind::StorageFull => Code::ResourceExhausted,
         PullError::Layer {
             error: UnpackError::Fs { .. },
             ..

@@ -201,6 +201,9 @@ impl Images {
             return Ok(());
         }
         let size = u64::try_from(desc.size).ok();
+        self.settings
+            .reserve
+            .check(&self.paths.ingest_dir(), size.unwrap_or(0))?;
         let what = format!("blob {}", desc.digest);
         let mut ingest = Ingest::create(&self.paths, desc.digest.algorithm())
             .map_err(local("creating", &self.paths.ingest_dir()))?;
@@ -270,8 +273,15 @@ impl Images {
             .await
             .map_err(|_| PullError::Invalid("shutting down".into()))?;
         let (paths, l) = (self.paths.clone(), layer.clone());
+        let reserve = self.settings.reserve;
         let meta = tokio::task::spawn_blocking(move || {
-            super::unpack::unpack(&paths, &paths.blob(&l.blob), &l.diff_id, &l.chain_id)
+            super::unpack::unpack(
+                &paths,
+                &paths.blob(&l.blob),
+                &l.diff_id,
+                &l.chain_id,
+                reserve,
+            )
         })
         .await
         .map_err(|e| PullError::Invalid(format!("unpacking: {e}")))?

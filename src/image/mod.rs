@@ -38,6 +38,7 @@ pub mod reference;
 mod registry;
 mod remove;
 mod rootfs;
+mod space;
 mod status;
 mod token;
 mod unpack;
@@ -56,6 +57,7 @@ pub use records::{ImageRecord, LayerRef};
 pub use reference::{ImageRef, ReferenceError};
 pub use registry::Credentials;
 pub use rootfs::ImageUse;
+pub use space::{NoSpace, Reserve};
 pub use status::ImageView;
 pub use unpack::UnpackError;
 
@@ -139,6 +141,8 @@ pub enum PullError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("not enough disk space: {0}")]
+    NoSpace(#[from] NoSpace),
 }
 
 fn also_tried(also: &[String]) -> String {
@@ -154,7 +158,14 @@ impl PullError {
     fn try_next_endpoint(&self) -> bool {
         !matches!(
             self,
-            PullError::Local { .. } | PullError::Store(_) | PullError::BadCredentials(_)
+            PullError::Local { .. }
+                | PullError::Store(_)
+                | PullError::BadCredentials(_)
+                | PullError::NoSpace(_)
+                | PullError::Layer {
+                    error: UnpackError::NoSpace(_) | UnpackError::Fs { .. },
+                    ..
+                }
         )
     }
 }
@@ -179,6 +190,8 @@ pub struct ImageSettings {
     /// A pull that receives nothing for this long fails.
     pub progress_timeout: Duration,
     pub platform: Platform,
+    /// The share of the image filesystem pulls leave free.
+    pub reserve: Reserve,
 }
 
 impl ImageSettings {
@@ -189,6 +202,7 @@ impl ImageSettings {
             max_concurrent_downloads: config.image.max_concurrent_downloads,
             progress_timeout: Duration::from_secs(config.image.pull_progress_timeout_secs),
             platform: Platform::current(),
+            reserve: Reserve::new(config.image.min_free_percent),
         }
     }
 }

@@ -117,6 +117,7 @@ mod tests {
             max_concurrent_downloads: 1,
             progress_timeout: Duration::from_secs(1),
             platform: Platform::current(),
+            reserve: crate::image::Reserve::new(0),
         };
         let images = Images::open(settings, true).unwrap();
         let mut r = record(b"img", &["docker.io/library/x:1"]);

@@ -14,6 +14,7 @@ use super::content::StorePaths;
 use super::digest::{Digest, HashingReader};
 use super::extract::Extractor;
 use super::manifest::Compression;
+use super::space::{Guarded, Reserve, Tripped};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
@@ -31,6 +32,8 @@ pub enum UnpackError {
         path: String,
         source: io::Error,
     },
+    #[error("unpacking stopped: {0}")]
+    NoSpace(#[from] super::space::NoSpace),
 }
 
 /// What one unpacked layer uses on disk, saved beside it as `layer.json`.
@@ -75,6 +78,7 @@ pub fn unpack(
     blob: &Path,
     diff_id: &Digest,
     chain_id: &Digest,
+    reserve: Reserve,
 ) -> Result<LayerMeta, UnpackError> {
     let dest = paths.layer_dir(chain_id);
     if let Some(meta) = read_meta(&dest) {
@@ -90,7 +94,7 @@ pub fn unpack(
     let fs_dir = tmp.join("fs");
     fs::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
     let file = File::open(blob).map_err(fs_err("opening", blob))?;
-    extract_tar(file, &fs_dir, Some(diff_id))?;
+    extract_tar(file, &fs_dir, Some(diff_id), (reserve, &paths.layers_dir()))?;
     let (bytes, inodes) = usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
     let meta = LayerMeta {
         chain_id: Some(chain_id.clone()),
@@ -118,11 +122,28 @@ pub fn unpack(
 }
 
 /// Extracts a (possibly compressed) tar stream into the empty directory `dir`, checking the
-/// uncompressed stream against `diff_id` when given. Blocking.
+/// uncompressed stream against `diff_id` when given and the free space of `store` (the
+/// directory messages name, on the same filesystem) against `reserve`. Blocking.
 pub fn extract_tar(
     input: impl Read,
     dir: &Path,
     diff_id: Option<&Digest>,
+    (reserve, store): (Reserve, &Path),
+) -> Result<(), UnpackError> {
+    let tripped = Tripped::default();
+    let result = extract_guarded(input, dir, diff_id, (reserve, store), &tripped);
+    match tripped.take() {
+        Some(no_space) => Err(UnpackError::NoSpace(no_space)),
+        None => result,
+    }
+}
+
+fn extract_guarded(
+    input: impl Read,
+    dir: &Path,
+    diff_id: Option<&Digest>,
+    (reserve, store): (Reserve, &Path),
+    tripped: &Tripped,
 ) -> Result<(), UnpackError> {
     let mut buffered = BufReader::with_capacity(64 * 1024, input);
     let head = buffered
@@ -133,8 +154,9 @@ pub fn extract_tar(
         Compression::Zstd => Box::new(ZstdFrames::new(buffered)?),
         Compression::None => Box::new(buffered),
     };
+    let guarded = Guarded::new(decoder, reserve, store, tripped.clone());
     let algorithm = diff_id.map_or(super::digest::Algorithm::Sha256, |d| d.algorithm());
-    let mut hashing = HashingReader::new(decoder, algorithm);
+    let mut hashing = HashingReader::new(guarded, algorithm);
     let root = rustix::fs::open(
         dir,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
@@ -275,7 +297,12 @@ mod tests {
             "unpack tests create devices and trusted xattrs: run as root"
         );
         let dir = tempfile::tempdir().unwrap();
-        let r = extract_tar(t, dir.path(), Some(&Digest::of(t)));
+        let r = extract_tar(
+            t,
+            dir.path(),
+            Some(&Digest::of(t)),
+            (Reserve::new(0), Path::new("/")),
+        );
         (dir, r)
     }
 
@@ -379,22 +406,33 @@ mod tests {
         fs::write(&blob, &t).unwrap();
         let wrong = Digest::of(b"something else");
         let chain = Digest::of(b"chain");
-        let r = unpack(&paths, &blob, &wrong, &chain);
+        let r = unpack(&paths, &blob, &wrong, &chain, Reserve::new(0));
         assert!(matches!(r, Err(UnpackError::DiffId { .. })), "{r:?}");
         assert_eq!(
             fs::read_dir(paths.layers_dir()).unwrap().count(),
             0,
             "nothing left in layers/"
         );
-        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain).unwrap();
+        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain, Reserve::new(0)).unwrap();
         assert!(meta.inodes >= 2 && paths.layer_fs(&chain).join("f").is_file());
         let mut z = Vec::new();
         ruzstd::encoding::compress(&t[..], &mut z, ruzstd::encoding::CompressionLevel::Fastest);
         let zdir = tempfile::tempdir().unwrap();
-        extract_tar(&z[..], zdir.path(), Some(&Digest::of(&t))).unwrap();
+        extract_tar(
+            &z[..],
+            zdir.path(),
+            Some(&Digest::of(&t)),
+            (Reserve::new(0), Path::new("/")),
+        )
+        .unwrap();
         assert_eq!(fs::read(zdir.path().join("f")).unwrap(), b"x");
         assert!(matches!(
-            extract_tar(&b"\x1f\x8bnot gzip at all"[..], zdir.path(), None),
+            extract_tar(
+                &b"\x1f\x8bnot gzip at all"[..],
+                zdir.path(),
+                None,
+                (Reserve::new(0), Path::new("/"))
+            ),
             Err(UnpackError::Corrupt(_))
         ));
     }

@@ -27,7 +27,7 @@ impl Drop for Crust {
         let _ = self.child.wait();
         // The daemon mounts a tmpfs on its state directory and makes its namespace directory a
         // mount of its own; undo both so the temporary directory can be deleted.
-        for m in ["state/ns", "state"] {
+        for m in ["state/ns", "state", "root"] {
             let _ = nix::mount::umount2(&self.dir.path().join(m), nix::mount::MntFlags::MNT_DETACH);
         }
     }
@@ -41,6 +41,26 @@ impl Crust {
             "image integration tests run the daemon and must run as root"
         );
         let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let child = spawn(dir.path());
+        let mut c = Crust { dir, child };
+        c.wait_ready();
+        c
+    }
+
+    /// Like `start`, with the root directory on a tmpfs of `mib` MiB: a nearly full disk.
+    pub fn start_on_small_disk(config: &str, mib: u32) -> Crust {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &root,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={mib}m").as_str()),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let child = spawn(dir.path());
         let mut c = Crust { dir, child };
