@@ -67,7 +67,12 @@ fn pull_code(e: &PullError) -> Code {
         PullError::Layer {
             error: UnpackError::Fs { source, .. },
             ..
-        } if source.kind() == std::io::ErrorKind::StorageFull => Code::ResourceExhausted,
+        }
+        | PullError::Local { source, .. }
+            if source.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            Code::ResourceExhausted
+        }
         PullError::Layer {
             error: UnpackError::Fs { .. },
             ..
@@ -84,4 +89,40 @@ fn pull_code(e: &PullError) -> Code {
 /// is shutting down): nothing of the request's outcome is known.
 pub fn task_failed(e: tokio::task::JoinError) -> Status {
     Status::internal(format!("the request's task failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_resource_exhausted_not_a_bad_image() {
+        let full = || std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let local = PullError::Local {
+            what: "writing",
+            path: "/x".into(),
+            source: full(),
+        };
+        let layer = |error| PullError::Layer {
+            blob: crate::image::Digest::of(b"l"),
+            error,
+        };
+        let unpack_fs = UnpackError::Fs {
+            op: "creating file",
+            path: "/x".into(),
+            source: full(),
+        };
+        let other_fs = UnpackError::Fs {
+            op: "creating file",
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(pull_code(&local), Code::ResourceExhausted);
+        assert_eq!(pull_code(&layer(unpack_fs)), Code::ResourceExhausted);
+        assert_eq!(pull_code(&layer(other_fs)), Code::Internal);
+        let traversal = UnpackError::Traversal {
+            path: "../x".into(),
+        };
+        assert_eq!(pull_code(&layer(traversal)), Code::DataLoss);
+    }
 }
