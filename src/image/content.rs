@@ -65,6 +65,14 @@ impl StorePaths {
     pub fn record(&self, id: &Digest) -> PathBuf {
         self.records_dir().join(format!("{}.json", id.hex()))
     }
+    /// One file per hold on an image (see `rootfs.rs`), named by the digest of the holder.
+    pub fn holds_dir(&self) -> PathBuf {
+        self.root.join("holds")
+    }
+    pub fn hold(&self, holder: &str) -> PathBuf {
+        self.holds_dir()
+            .join(format!("{}.json", Digest::of(holder.as_bytes()).hex()))
+    }
     fn lock_file(&self) -> PathBuf {
         self.root.join("lock")
     }
@@ -79,6 +87,7 @@ impl StorePaths {
             self.ingest_dir(),
             self.layers_dir(),
             self.records_dir(),
+            self.holds_dir(),
         ] {
             fs::create_dir_all(d)?;
         }

@@ -323,6 +323,7 @@ impl Images {
             pulls: idle::PullActivity::default(),
         };
         images.reload(true)?;
+        images.load_holds()?;
         if recover {
             images.recover()?;
         }
@@ -345,6 +346,7 @@ impl Images {
             );
             return Ok(());
         };
+        let held = lock(&self.pins).holds.len();
         let partials = content::remove_partials(&self.paths).map_err(|source| ImageError::Io {
             what: "cleaning",
             path: self.paths.root().to_owned(),
@@ -353,6 +355,7 @@ impl Images {
         let gc = self.collect_garbage_locked()?;
         tracing::info!(
             images = self.table().len(),
+            held,
             partials,
             blobs_removed = gc.blobs,
             layers_removed = gc.layers,

@@ -1,9 +1,12 @@
 //! What the container module uses: an image's ordered lowerdirs and runtime config, held so
 //! that removing the image (RemoveImage) keeps its layers until every container using it is
-//! gone. Holds live in memory: after a daemon restart the container module acquires again for
-//! each container it recovers.
+//! gone. Holds are persisted (`<root>/images/holds`, one record per holder, written before
+//! `acquire` returns) and loaded before the start-up garbage collection, so a container whose
+//! image was removed keeps its layers across daemon restarts too.
 
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
 use super::manifest::RuntimeConfig;
@@ -22,9 +25,15 @@ pub struct ImageUse {
 }
 
 /// The content one holder keeps alive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Hold {
+    pub holder: String,
     pub image: Digest,
     pub keys: Vec<Digest>,
+}
+
+impl crate::store::Record for Hold {
+    const VERSION: u32 = 1;
 }
 
 impl Images {
@@ -44,12 +53,16 @@ impl Images {
         let record = self
             .find(image)?
             .ok_or_else(|| ImageError::NotFound(image.to_owned()))?;
-        let keys: Vec<Digest> = record
-            .blobs
-            .iter()
-            .cloned()
-            .chain(record.layers.iter().map(|l| l.chain_id.clone()))
-            .collect();
+        let hold = Hold {
+            holder: holder.to_owned(),
+            image: record.id.clone(),
+            keys: record
+                .blobs
+                .iter()
+                .cloned()
+                .chain(record.layers.iter().map(|l| l.chain_id.clone()))
+                .collect(),
+        };
         {
             let mut pins = lock(&self.pins);
             // Content deletion decides under this same lock, so once the hold is in, the
@@ -64,13 +77,12 @@ impl Images {
                     missing.chain_id
                 )));
             }
-            pins.holds.insert(
-                holder.to_owned(),
-                Hold {
-                    image: record.id.clone(),
-                    keys,
-                },
-            );
+            pins.holds.insert(holder.to_owned(), hold.clone());
+        }
+        // On disk before it is relied on; a failed write takes the hold back.
+        if let Err(e) = crate::store::save(&self.paths.hold(holder), &hold) {
+            lock(&self.pins).holds.remove(holder);
+            return Err(e.into());
         }
         Ok(ImageUse {
             id: record.id.clone(),
@@ -81,11 +93,48 @@ impl Images {
 
     /// Drops `holder`'s hold, deleting content only it kept (its image was removed meanwhile).
     pub fn release(&self, holder: &str) -> Result<(), ImageError> {
+        let path = self.paths.hold(holder);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ImageError::Io {
+                    what: "removing",
+                    path,
+                    source: e,
+                });
+            }
+            _ => {}
+        }
         let released = lock(&self.pins).holds.remove(holder);
         if let Some(h) = released {
             if self.table().get(&h.image).is_none() {
                 self.collect_garbage()?;
             }
+        }
+        Ok(())
+    }
+
+    /// Loads the persisted holds (when the store is opened, before any garbage collection). A
+    /// hold that cannot be read is an error: collecting without it could delete a running
+    /// container's root filesystem.
+    pub(super) fn load_holds(&self) -> Result<(), ImageError> {
+        let dir = self.paths.holds_dir();
+        let io = |what, path: &std::path::Path| {
+            let path = path.to_owned();
+            move |source| ImageError::Io { what, path, source }
+        };
+        let mut loaded = Vec::new();
+        for e in std::fs::read_dir(&dir)
+            .map_err(io("reading", &dir))?
+            .flatten()
+        {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                loaded.push(crate::store::load::<Hold>(&path)?);
+            }
+        }
+        let mut pins = lock(&self.pins);
+        for h in loaded {
+            pins.holds.insert(h.holder.clone(), h);
         }
         Ok(())
     }
@@ -111,15 +160,18 @@ mod tests {
     #[test]
     fn a_held_image_keeps_its_layers_until_released() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = ImageSettings {
-            root: dir.path().to_owned(),
-            registry: Default::default(),
-            max_concurrent_downloads: 1,
-            progress_timeout: Duration::from_secs(1),
-            platform: Platform::current(),
-            reserve: crate::image::Reserve::new(0),
+        let open = || {
+            let settings = ImageSettings {
+                root: dir.path().to_owned(),
+                registry: Default::default(),
+                max_concurrent_downloads: 1,
+                progress_timeout: Duration::from_secs(1),
+                platform: Platform::current(),
+                reserve: crate::image::Reserve::new(0),
+            };
+            Images::open(settings, true).unwrap()
         };
-        let images = Images::open(settings, true).unwrap();
+        let images = open();
         let mut r = record(b"img", &["docker.io/library/x:1"]);
         let chain = Digest::of(b"layer");
         r.layers = vec![LayerRef {
@@ -151,7 +203,21 @@ mod tests {
         );
         assert!(images.paths.has_blob(&Digest::of(b"blob")));
         assert_eq!(images.holds().len(), 1);
+        // A restart (with its start-up garbage collection) keeps the hold.
+        drop(images);
+        let images = open();
+        assert_eq!(images.holds(), [("ctr1".to_owned(), r.id.clone())]);
+        assert!(
+            images.paths.layer_dir(&chain).is_dir(),
+            "held across a restart"
+        );
+        assert!(images.paths.has_blob(&Digest::of(b"blob")));
         images.release("ctr1").unwrap();
+        assert!(images.holds().is_empty());
+        assert_eq!(
+            std::fs::read_dir(images.paths.holds_dir()).unwrap().count(),
+            0
+        );
         assert!(
             !images.paths.layer_dir(&chain).exists(),
             "released layer is collected"
