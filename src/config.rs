@@ -68,6 +68,9 @@ pub struct Config {
 pub struct NetworkConfig {
     /// CNI network configuration directory; the lexically first config in it is used.
     pub conf_dir: PathBuf,
+    /// A CNI config with `{{.PodCIDR}}` in it, written to `conf_dir` when kubelet sends the
+    /// node's pod CIDR (clusters without a network add-on, like containerd's conf_template).
+    pub conf_template: Option<PathBuf>,
     /// Directories searched, in order, for CNI plugin binaries.
     pub bin_dirs: Vec<PathBuf>,
     /// How long one CNI plugin invocation may take.
@@ -225,6 +228,7 @@ impl Default for NetworkConfig {
     fn default() -> Self {
         NetworkConfig {
             conf_dir: "/etc/cni/net.d".into(),
+            conf_template: None,
             bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             plugin_timeout_ms: 30_000,
             masquerade_subnets: vec!["10.88.0.0/16".into()],

@@ -32,6 +32,8 @@ pub enum DaemonError {
     Image(#[from] crate::image::ImageError),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error("network.conf_template: {0}")]
+    Network(String),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
@@ -124,6 +126,9 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
 fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
     let exe = std::env::current_exe().map_err(io("locating", Path::new("/proc/self/exe")))?;
     let cni = Cni::new(CniSettings::from_config(&config.network));
+    if let Some(t) = &config.network.conf_template {
+        crate::network::template::check(t).map_err(|e| DaemonError::Network(e.to_string()))?;
+    }
     Ok(SandboxContext {
         state_dir: config.state.clone(),
         exe,

@@ -247,6 +247,54 @@ async fn network_not_ready_is_reported_precisely() {
 }
 
 #[tokio::test]
+async fn the_pod_cidr_from_kubelet_fills_the_cni_template() {
+    let d = Daemon::prepare();
+    let template = d.dir.join("template.conflist");
+    std::fs::write(
+        &template,
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"from-template","plugins":[
+              {{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,
+                "ipam":{{"type":"host-local","dataDir":"{}",
+                        "ranges":[[{{"subnet":"{{{{.PodCIDR}}}}"}}]]}}}}]}}"#,
+            d.bridge,
+            d.ipam.display()
+        ),
+    )
+    .unwrap();
+    let mut config = std::fs::read_to_string(&d.config).unwrap();
+    config.push_str(&format!("conf_template = {template:?}\n"));
+    std::fs::write(&d.config, config).unwrap();
+    let d = d.spawn();
+    let mut c = d.client().await;
+    let runtime_status = pb::StatusRequest { verbose: false };
+    let ready = |s| condition(s, "NetworkReady").status;
+    assert!(!ready(c.status(runtime_status).await.unwrap().into_inner()));
+
+    let cidr = format!("{}.0/24", d.subnet_prefix);
+    let update = pb::UpdateRuntimeConfigRequest {
+        runtime_config: Some(pb::RuntimeConfig {
+            network_config: Some(pb::NetworkConfig {
+                pod_cidr: cidr.clone(),
+            }),
+        }),
+    };
+    c.update_runtime_config(update).await.unwrap();
+    assert!(ready(c.status(runtime_status).await.unwrap().into_inner()));
+    let written = std::fs::read_to_string(d.cni_conf.join("10-crust-pod-cidr.conflist")).unwrap();
+    assert!(written.contains(&cidr), "{written}");
+    let id = run_pod(&mut c, pod_config("templated")).await;
+    let (s, _) = status(&mut c, &id).await;
+    let ip = s.network.unwrap().ip;
+    assert!(
+        ip.starts_with(&format!("{}.", d.subnet_prefix)),
+        "{ip} in {cidr}"
+    );
+    remove_pod(&mut c, &id).await;
+    d.assert_clean();
+}
+
+#[tokio::test]
 async fn runtime_not_ready_names_the_read_only_state_dir() {
     let d = Daemon::start();
     let mut c = d.client().await;

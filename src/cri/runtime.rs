@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use super::pb::{self, runtime_service_server::RuntimeService};
-use super::status::{invalid, unimplemented};
+use super::status::{self, invalid, unimplemented};
 use super::{convert, stats};
 use crate::config::CgroupDriver;
 use crate::network::Cni;
@@ -241,6 +241,15 @@ impl RuntimeService for RuntimeServer {
                 return Err(invalid(format!(
                     "pod_cidr {part:?} is not a CIDR such as 10.88.0.0/16"
                 )));
+            }
+        }
+        if let Some(first) = cidr.split(',').map(str::trim).find(|p| !p.is_empty()) {
+            let written = self
+                .cni
+                .apply_pod_cidr(first)
+                .map_err(|e| status::network_template(first, &e))?;
+            if let Some(path) = written {
+                tracing::info!(pod_cidr = %first, config = %path.display(), "CNI config written from the template");
             }
         }
         tracing::info!(pod_cidr = %cidr, "runtime config updated");

@@ -13,6 +13,12 @@ pub fn invalid(msg: impl Into<String>) -> Status {
     Status::invalid_argument(msg.into())
 }
 
+/// The pod CIDR's CNI config could not be written from the template: the node's network
+/// setup, not the request, is at fault.
+pub fn network_template(pod_cidr: &str, e: &crate::network::CniError) -> Status {
+    Status::failed_precondition(format!("writing the CNI config for {pod_cidr}: {e}"))
+}
+
 impl From<SandboxError> for Status {
     fn from(e: SandboxError) -> Status {
         let code = match &e {

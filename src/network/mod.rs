@@ -11,6 +11,7 @@ mod config;
 mod exec;
 pub mod masquerade;
 mod result;
+pub mod template;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -79,6 +80,8 @@ pub struct PortMapping {
 #[derive(Debug, Clone)]
 pub struct CniSettings {
     pub conf_dir: PathBuf,
+    /// Written to `conf_dir` for the pod CIDR kubelet sends (see `template.rs`).
+    pub conf_template: Option<PathBuf>,
     pub bin_dirs: Vec<PathBuf>,
     pub plugin_timeout: Duration,
 }
@@ -96,6 +99,7 @@ impl CniSettings {
     pub fn from_config(c: &crate::config::NetworkConfig) -> CniSettings {
         CniSettings {
             conf_dir: c.conf_dir.clone(),
+            conf_template: c.conf_template.clone(),
             bin_dirs: c.bin_dirs.clone(),
             plugin_timeout: Duration::from_millis(c.plugin_timeout_ms),
         }
@@ -136,6 +140,15 @@ impl Cni {
         }
         *cache = Some((key, list.clone()));
         Ok(list)
+    }
+
+    /// Writes the configured template for `pod_cidr` into the conf dir; None without a
+    /// template.
+    pub fn apply_pod_cidr(&self, pod_cidr: &str) -> Result<Option<PathBuf>, CniError> {
+        match &self.settings.conf_template {
+            Some(t) => template::render(t, &self.settings.conf_dir, pod_cidr).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Whether pods can be networked now; the error says why not.

@@ -24,7 +24,7 @@ pub struct Daemon {
     pub bridge: String,
     pub subnet_prefix: String,
     pub cgroup_parent: String,
-    config: PathBuf,
+    pub config: PathBuf,
 }
 
 pub fn require_root() {
