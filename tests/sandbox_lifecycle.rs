@@ -31,6 +31,13 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
     });
     let id = run_pod(&mut c, config).await;
     assert_eq!(id.len(), 64);
+    // With debug logs, each step's timing names the pod it belongs to.
+    let log = d.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("CNI ADD done") && l.contains(&id)),
+        "step timings carry the pod id:\n{log}"
+    );
 
     let (s, info) = status(&mut c, &id).await;
     assert_eq!(s.state, pb::PodSandboxState::SandboxReady as i32);

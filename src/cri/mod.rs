@@ -27,6 +27,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
+        // Every RPC runs in a span naming it (debug level: visible with `crust=debug`); the
+        // lifecycle verbs add an info span of their own carrying the pod and image ids.
+        .trace_fn(|req| {
+            let rpc = req.uri().path().rsplit('/').next().unwrap_or_default();
+            tracing::debug_span!("rpc", name = %rpc)
+        })
         .layer(deadline::DeadlineLayer)
         .add_service(pb::runtime_service_server::RuntimeServiceServer::new(
             runtime,

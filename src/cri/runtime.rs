@@ -73,8 +73,8 @@ impl RuntimeService for RuntimeServer {
         let span = tracing::info_span!("RunPodSandbox", pod = %spec.metadata.name,
             namespace = %spec.metadata.namespace, pod_id = tracing::field::Empty);
         async {
+            // `run` records the new id in this span (pod_id) as soon as it has one.
             let id = self.sandboxes.run(spec).await.inspect_err(log_err)?;
-            tracing::Span::current().record("pod_id", id.as_str());
             tracing::info!("pod sandbox ready");
             Ok(Response::new(pb::RunPodSandboxResponse {
                 pod_sandbox_id: id,

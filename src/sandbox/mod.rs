@@ -273,13 +273,16 @@ impl Sandboxes {
 async fn detached<T: Send + 'static>(
     work: impl Future<Output = Result<T, SandboxError>> + Send + 'static,
 ) -> Result<T, SandboxError> {
-    tokio::spawn(work).await.unwrap_or_else(|e| {
-        Err(SandboxError::Run {
-            step: "finish the request",
-            error: e.to_string(),
-            cleanup: None,
+    // The task keeps the caller's span, so its logs still name the pod.
+    tokio::spawn(tracing::Instrument::in_current_span(work))
+        .await
+        .unwrap_or_else(|e| {
+            Err(SandboxError::Run {
+                step: "finish the request",
+                error: e.to_string(),
+                cleanup: None,
+            })
         })
-    })
 }
 
 /// A new sandbox id: 64 hex digits, like containerd's and CRI-O's.

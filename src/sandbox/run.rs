@@ -25,6 +25,8 @@ impl Sandboxes {
         validate::spec(&spec).map_err(SandboxError::Invalid)?;
         let handler = self.resolve_handler(&spec.runtime_handler)?;
         let id = new_id();
+        // Later logs of this request (step timings, rollbacks) name the new sandbox.
+        tracing::Span::current().record("pod_id", id.as_str());
         self.reserve(&spec.metadata, &id)?;
         let meta = spec.metadata.clone();
         let result = self.create(id.clone(), spec, handler).await;
@@ -252,7 +254,9 @@ async fn bring_up(
     pids.extend(handle.identity.init_pid);
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
+    let span = tracing::Span::current();
     let cgroup = tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
         let _t = Timed::start("pod cgroup created");
         cgroups.create(&path, &pids)
     });

@@ -48,7 +48,9 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
     }
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
+    let span = tracing::Span::current();
     let removed = tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
         let _t = Timed::start("pod cgroup removed");
         cgroups.remove(&path).map_err(|e| e.to_string())
     });
