@@ -261,6 +261,18 @@ impl Drop for PinGuard {
     }
 }
 
+/// Deletes the file at `path`; one already gone is fine.
+fn remove_file(path: PathBuf) -> Result<(), ImageError> {
+    match std::fs::remove_file(&path) {
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(ImageError::Io {
+            what: "removing",
+            path,
+            source,
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

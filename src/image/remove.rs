@@ -28,17 +28,7 @@ impl Images {
             if t.remove(&id).is_none() {
                 return Ok(());
             }
-            let path = self.paths.record(&id);
-            match fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(ImageError::Io {
-                        what: "removing",
-                        path,
-                        source: e,
-                    });
-                }
-                _ => {}
-            }
+            super::remove_file(self.paths.record(&id))?;
             self.publish(t)?;
             let stats = self.gc(&self.table())?;
             tracing::info!(id = %id, blobs = stats.blobs, layers = stats.layers, "image removed");

@@ -93,17 +93,7 @@ impl Images {
 
     /// Drops `holder`'s hold, deleting content only it kept (its image was removed meanwhile).
     pub fn release(&self, holder: &str) -> Result<(), ImageError> {
-        let path = self.paths.hold(holder);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(ImageError::Io {
-                    what: "removing",
-                    path,
-                    source: e,
-                });
-            }
-            _ => {}
-        }
+        super::remove_file(self.paths.hold(holder))?;
         let released = lock(&self.pins).holds.remove(holder);
         if let Some(h) = released {
             if self.table().get(&h.image).is_none() {
