@@ -4,6 +4,8 @@
 # network, and critest-config/crust.toml, whose registry mirrors point at the offline registry
 # (../shared/tools/offline-registry.sh, or $OFFLINE_REGISTRY) on 127.0.0.1:5000. Specs listed in
 # critest-config/skips.txt are skipped; every other spec in the focus must pass.
+# Pods a failed spec leaves are removed afterwards (through crictl when it is on PATH, else
+# by killing their monitors), and their cgroup parent (/crust-critest-*) with them.
 # critest must be on PATH (build it from kubernetes-sigs/cri-tools); without it this prints
 # SKIPPED and runs nothing.
 set -eu
@@ -26,13 +28,28 @@ work=$(mktemp -d /tmp/crust-critest.XXXXXX)
 sock=$work/crust.sock
 bridge=crustcri0
 
+# This daemon's pods go in a cgroup parent of their own, so what a failed spec leaves is easy
+# to find and remove.
+cgroup_parent=/crust-critest-$(basename "$work" | tr -dc 'A-Za-z0-9')
+
 cleanup() {
+  # critest removes its pods, but a failed spec can leave some: remove them through the daemon
+  # (CNI DEL, IPAM) when crictl is at hand, then kill any monitor still holding our state.
+  if [ -n "${pid:-}" ] && command -v crictl >/dev/null 2>&1; then
+    crictl --runtime-endpoint "unix://$sock" rmp -fa >/dev/null 2>&1 || true
+  fi
   if [ -n "${pid:-}" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  # critest removes its pods; anything a failed spec left is killed here.
   for m in $(pgrep -f "crust monitor --sandbox" || true); do
-    grep -qs "$work" "/proc/$m/cgroup" "/proc/$m/cmdline" && kill -9 "$m"
+    if ls -l "/proc/$m/fd" 2>/dev/null | grep -q "$work" ||
+      grep -qs "$cgroup_parent/" "/proc/$m/cgroup"; then
+      kill -9 "$m" 2>/dev/null || true
+    fi
   done
   grep " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l
+  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+    [ -d "$h${cgroup_parent#/}" ] || continue
+    find "$h${cgroup_parent#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
   ip link del "$bridge" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -46,7 +63,8 @@ cat > "$work/net.d/10-critest.conflist" <<JSON
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
-cp "$top/critest-config/crust.toml" "$work/config.toml"
+printf 'default_cgroup_parent = "%s"\n' "$cgroup_parent" > "$work/config.toml"
+cat "$top/critest-config/crust.toml" >> "$work/config.toml"
 printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >> "$work/config.toml"
 
 "$crust" serve --config "$work/config.toml" --listen "$sock" --root "$work/root" \
