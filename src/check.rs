@@ -14,6 +14,8 @@ pub fn run(config: &Config) -> Vec<String> {
         ("cgroups", cgroups()),
         ("overlayfs", overlayfs()),
         ("cni", cni(config)),
+        ("storage", storage(config)),
+        ("mirrors", mirrors(config)),
     ];
     let mut failed = Vec::new();
     for (name, result) in checks {
@@ -64,6 +66,67 @@ fn overlayfs() -> Result<String, String> {
     }
 }
 
+/// The root dir's filesystem keeps the share pulls leave free (it may not exist yet: its
+/// nearest existing parent is on the same filesystem).
+fn storage(config: &Config) -> Result<String, String> {
+    let dir = config
+        .root
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    crate::image::Reserve::new(config.image.min_free_percent)
+        .check(dir, 0)
+        .map_err(|e| e.to_string())?;
+    let s = rustix::fs::statvfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(format!(
+        "{}: {:.1} GiB free, pulls keep {}% free",
+        config.root.display(),
+        (s.f_bavail * s.f_frsize) as f64 / f64::from(1 << 30),
+        config.image.min_free_percent
+    ))
+}
+
+/// Every configured mirror accepts a connection (an offline node depends on them).
+fn mirrors(config: &Config) -> Result<String, String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let mut reached = Vec::new();
+    for (registry, mirror) in &config.registry.mirrors {
+        for endpoint in &mirror.endpoints {
+            let Some(host) = crate::config::endpoint_host(endpoint) else {
+                continue;
+            };
+            let port = if endpoint.starts_with("http://") {
+                80
+            } else {
+                443
+            };
+            let with_port = if host
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            {
+                host.to_owned()
+            } else {
+                format!("{host}:{port}")
+            };
+            let unreachable = |why: String| format!("mirror {endpoint} for {registry}: {why}");
+            let addr = with_port
+                .to_socket_addrs()
+                .map_err(|e| unreachable(e.to_string()))?
+                .next()
+                .ok_or_else(|| unreachable("no address".into()))?;
+            TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
+                .map_err(|e| unreachable(e.to_string()))?;
+            reached.push(endpoint.as_str());
+        }
+    }
+    if reached.is_empty() {
+        return Ok("none configured".into());
+    }
+    reached.sort_unstable();
+    reached.dedup();
+    Ok(format!("{} reachable", reached.join(", ")))
+}
+
 fn cni(config: &Config) -> Result<String, String> {
     let cni = Cni::new(CniSettings::from_config(&config.network));
     let list = cni.network().map_err(|e| e.to_string())?;
@@ -74,4 +137,42 @@ fn cni(config: &Config) -> Result<String, String> {
         list.source.display(),
         plugins.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_mirror(endpoint: &str) -> Config {
+        Config::parse(&format!(
+            "[registry.mirrors.\"docker.io\"]\nendpoints = [\"{endpoint}\"]\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn mirrors_are_dialled_and_a_dead_one_is_named() {
+        let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", live.local_addr().unwrap());
+        assert_eq!(
+            mirrors(&with_mirror(&url)).unwrap(),
+            format!("{url} reachable")
+        );
+        drop(live);
+        let e = mirrors(&with_mirror(&url)).unwrap_err();
+        assert!(e.contains(&url) && e.contains("docker.io"), "{e}");
+        assert_eq!(mirrors(&Config::default()).unwrap(), "none configured");
+    }
+
+    #[test]
+    fn storage_reports_a_reserve_it_cannot_keep() {
+        let here = tempfile::tempdir().unwrap();
+        let mut c = Config {
+            root: here.path().join("not/yet/created"),
+            ..Config::default()
+        };
+        assert!(storage(&c).unwrap().contains("GiB free"));
+        c.image.min_free_percent = 100;
+        assert!(storage(&c).unwrap_err().contains("min_free_percent"));
+    }
 }
