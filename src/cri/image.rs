@@ -8,6 +8,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use super::blocking;
 use super::pb::{self, image_service_server::ImageService};
 use super::status::invalid;
 use crate::image::{Credentials, FsUsage, ImageView, Images};
@@ -89,15 +90,6 @@ fn usage(u: FsUsage, timestamp: i64) -> pb::FilesystemUsage {
 
 fn log_err(e: &Status) {
     tracing::warn!(code = ?e.code(), error = %e.message(), "image request failed");
-}
-
-/// Runs blocking store work (removal, disk usage) off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(super::status::task_failed)?
 }
 
 #[tonic::async_trait]

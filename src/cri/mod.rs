@@ -16,6 +16,15 @@ pub mod pb {
     tonic::include_proto!("runtime.v1");
 }
 
+/// Runs blocking work (store removal, disk usage, cgroup statistics) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, tonic::Status> + Send + 'static,
+) -> Result<T, tonic::Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(status::task_failed)?
+}
+
 pub use image::ImageServer;
 pub use runtime::RuntimeServer;
 

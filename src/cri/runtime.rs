@@ -27,6 +27,26 @@ pub struct RuntimeServer {
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
+impl RuntimeServer {
+    /// Stats of the ready pods `filter` selects, read off the async threads (a cgroup's
+    /// statistics are a dozen file reads per pod).
+    async fn pod_stats(
+        &self,
+        filter: Option<pb::PodSandboxStatsFilter>,
+    ) -> Result<Vec<pb::PodSandboxStats>, Status> {
+        let filter = stats::stats_filter(filter);
+        let sandboxes = self.sandboxes.clone();
+        super::blocking(move || {
+            Ok(sandboxes
+                .list_stats(&filter)
+                .iter()
+                .map(stats::pod_stats)
+                .collect())
+        })
+        .await
+    }
+}
+
 /// Kubelet's limit on ListPodSandbox responses is the gRPC message size; streams send pods in
 /// batches this size.
 const STREAM_BATCH: usize = 500;
@@ -362,8 +382,11 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::PodSandboxStatsRequest>,
     ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
         let id = req.into_inner().pod_sandbox_id;
-        let _span = tracing::debug_span!("PodSandboxStats", pod_id = %id).entered();
-        let s = self.sandboxes.stats(&id)?;
+        let span = tracing::debug_span!("PodSandboxStats", pod_id = %id);
+        let sandboxes = self.sandboxes.clone();
+        let s = super::blocking(move || Ok(sandboxes.stats(&id)?))
+            .instrument(span)
+            .await?;
         Ok(Response::new(pb::PodSandboxStatsResponse {
             stats: Some(stats::pod_stats(&s)),
         }))
@@ -373,10 +396,9 @@ impl RuntimeService for RuntimeServer {
         &self,
         req: Request<pb::ListPodSandboxStatsRequest>,
     ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
-        let filter = stats::stats_filter(req.into_inner().filter);
-        let all = self.sandboxes.list_stats(&filter);
+        let all = self.pod_stats(req.into_inner().filter).await?;
         Ok(Response::new(pb::ListPodSandboxStatsResponse {
-            stats: all.iter().map(stats::pod_stats).collect(),
+            stats: all,
         }))
     }
 
@@ -426,13 +448,7 @@ impl RuntimeService for RuntimeServer {
         &self,
         req: Request<pb::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        let filter = stats::stats_filter(req.into_inner().filter);
-        let all: Vec<_> = self
-            .sandboxes
-            .list_stats(&filter)
-            .iter()
-            .map(stats::pod_stats)
-            .collect();
+        let all = self.pod_stats(req.into_inner().filter).await?;
         Ok(batched(all, |pod_sandbox_stats| {
             pb::StreamPodSandboxStatsResponse { pod_sandbox_stats }
         }))
