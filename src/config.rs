@@ -156,18 +156,22 @@ impl RegistryCredentials {
         if basic && (self.username.is_empty() || self.password.is_empty()) {
             return Err("username and password go together".into());
         }
-        if !self.auth.is_empty() {
-            use base64::Engine;
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(self.auth.trim())
-                .ok()
-                .and_then(|raw| String::from_utf8(raw).ok());
-            if !decoded.is_some_and(|t| t.contains(':')) {
-                return Err("auth is not base64 of username:password".into());
-            }
+        if !self.auth.is_empty() && decode_basic_auth(&self.auth).is_none() {
+            return Err("auth is not base64 of username:password".into());
         }
         Ok(())
     }
+}
+
+/// The username and password in a docker-style `auth` value (base64 of `username:password`).
+pub fn decode_basic_auth(auth: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(auth.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    let (u, p) = text.split_once(':')?;
+    Some((u.to_owned(), p.to_owned()))
 }
 
 impl std::fmt::Debug for RegistryCredentials {

@@ -97,9 +97,9 @@ impl Images {
         fs::create_dir(&dir).map_err(io("creating", &dir))?;
         let scratch = Scratch(dir.clone());
         let file = fs::File::open(path).map_err(io("opening", path))?;
-        let reserve = (self.settings.reserve, self.paths.ingest_dir());
+        let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());
         tokio::task::spawn_blocking(move || {
-            super::unpack::extract_tar(file, &dir, None, (reserve.0, &reserve.1))
+            super::unpack::extract_tar(file, &dir, None, reserve, &ingest)
         })
         .await
         .map_err(|e| ImportError::Invalid(e.to_string()))?

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use oci_client::client::{
     Certificate, CertificateEncoding, ClientConfig, ClientProtocol, SizedStream,
@@ -27,7 +26,7 @@ use super::http::{self, AuthHeader, FetchError, Tls};
 use super::manifest::{ACCEPTED_MANIFESTS, Descriptor};
 use super::reference::{DEFAULT_DOMAIN, ImageRef};
 use super::{ImageSettings, PullError};
-use crate::config::{RegistryConfig, RegistryCredentials, endpoint_host};
+use crate::config::{RegistryConfig, RegistryCredentials, decode_basic_auth, endpoint_host};
 
 /// Credentials from a PullImage request's AuthConfig.
 #[derive(Clone, Default)]
@@ -70,14 +69,10 @@ impl Credentials {
             return Ok(Auth::Identity(self.identity_token.clone()));
         }
         if !self.auth.is_empty() {
-            let bad =
-                || PullError::BadCredentials("auth is not base64 of username:password".into());
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(self.auth.trim())
-                .map_err(|_| bad())?;
-            let text = String::from_utf8(raw).map_err(|_| bad())?;
-            let (u, p) = text.split_once(':').ok_or_else(bad)?;
-            return Ok(Auth::Basic(u.to_owned(), p.to_owned()));
+            let (u, p) = decode_basic_auth(&self.auth).ok_or_else(|| {
+                PullError::BadCredentials("auth is not base64 of username:password".into())
+            })?;
+            return Ok(Auth::Basic(u, p));
         }
         if !self.username.is_empty() {
             return Ok(Auth::Basic(self.username.clone(), self.password.clone()));
@@ -609,6 +604,8 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+
     use super::*;
     use crate::config::MirrorConfig;
 

@@ -94,7 +94,7 @@ pub fn unpack(
     let fs_dir = tmp.join("fs");
     fs::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
     let file = File::open(blob).map_err(fs_err("opening", blob))?;
-    extract_tar(file, &fs_dir, Some(diff_id), (reserve, &paths.layers_dir()))?;
+    extract_tar(file, &fs_dir, Some(diff_id), reserve, &paths.layers_dir())?;
     let (bytes, inodes) = usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
     let meta = LayerMeta {
         chain_id: Some(chain_id.clone()),
@@ -128,10 +128,11 @@ pub fn extract_tar(
     input: impl Read,
     dir: &Path,
     diff_id: Option<&Digest>,
-    (reserve, store): (Reserve, &Path),
+    reserve: Reserve,
+    store: &Path,
 ) -> Result<(), UnpackError> {
     let tripped = Tripped::default();
-    let result = extract_guarded(input, dir, diff_id, (reserve, store), &tripped);
+    let result = extract_guarded(input, dir, diff_id, reserve, store, &tripped);
     match tripped.take() {
         Some(no_space) => Err(UnpackError::NoSpace(no_space)),
         None => result,
@@ -142,7 +143,8 @@ fn extract_guarded(
     input: impl Read,
     dir: &Path,
     diff_id: Option<&Digest>,
-    (reserve, store): (Reserve, &Path),
+    reserve: Reserve,
+    store: &Path,
     tripped: &Tripped,
 ) -> Result<(), UnpackError> {
     let mut buffered = BufReader::with_capacity(64 * 1024, input);
@@ -301,7 +303,8 @@ mod tests {
             t,
             dir.path(),
             Some(&Digest::of(t)),
-            (Reserve::new(0), Path::new("/")),
+            Reserve::new(0),
+            Path::new("/"),
         );
         (dir, r)
     }
@@ -422,7 +425,8 @@ mod tests {
             &z[..],
             zdir.path(),
             Some(&Digest::of(&t)),
-            (Reserve::new(0), Path::new("/")),
+            Reserve::new(0),
+            Path::new("/"),
         )
         .unwrap();
         assert_eq!(fs::read(zdir.path().join("f")).unwrap(), b"x");
@@ -431,7 +435,8 @@ mod tests {
                 &b"\x1f\x8bnot gzip at all"[..],
                 zdir.path(),
                 None,
-                (Reserve::new(0), Path::new("/"))
+                Reserve::new(0),
+                Path::new("/")
             ),
             Err(UnpackError::Corrupt(_))
         ));

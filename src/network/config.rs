@@ -49,12 +49,20 @@ pub fn first_file(dir: &Path) -> Result<PathBuf, CniError> {
 }
 
 pub fn load_file(path: &Path) -> Result<NetworkList, CniError> {
+    let text = std::fs::read(path).map_err(|e| CniError::BadConfig {
+        path: path.to_owned(),
+        msg: e.to_string(),
+    })?;
+    parse(path, &text)
+}
+
+/// Parses the config `text` that is (or is about to be) the file at `path`.
+pub fn parse(path: &Path, text: &[u8]) -> Result<NetworkList, CniError> {
     let bad = |msg: String| CniError::BadConfig {
         path: path.to_owned(),
         msg,
     };
-    let text = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-    let value: Value = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+    let value: Value = serde_json::from_slice(text).map_err(|e| bad(e.to_string()))?;
     let Value::Object(mut top) = value else {
         return Err(bad("not a JSON object".into()));
     };

@@ -34,16 +34,15 @@ pub fn check(template: &Path) -> Result<String, CniError> {
 pub fn render(template: &Path, conf_dir: &Path, pod_cidr: &str) -> Result<PathBuf, CniError> {
     let text = check(template)?.replace(PLACEHOLDER, pod_cidr);
     let path = conf_dir.join(RENDERED);
+    // Only a config that loads as a network list is written: kubelet would otherwise wait on a
+    // network that never comes up.
+    config::parse(&path, text.as_bytes())?;
     let bad = |msg: String| CniError::BadConfig {
         path: path.clone(),
         msg,
     };
-    serde_json::from_str::<serde_json::Value>(&text)
-        .map_err(|e| bad(format!("the rendered template is not JSON: {e}")))?;
     std::fs::create_dir_all(conf_dir).map_err(|e| bad(e.to_string()))?;
     crate::store::write_atomic(&path, text.as_bytes()).map_err(|e| bad(e.to_string()))?;
-    // The file must load as a network list, or kubelet would wait on a config that never works.
-    config::load_file(&path)?;
     Ok(path)
 }
 
@@ -76,5 +75,6 @@ mod tests {
         );
         std::fs::write(&t, "{{.PodCIDR}} not json").unwrap();
         assert!(render(&t, d.path(), "10.0.0.0/8").is_err());
+        assert!(!d.path().join(RENDERED).exists(), "nothing written");
     }
 }
