@@ -409,6 +409,20 @@ impl RuntimeService for RuntimeServer {
         Err(unimplemented("CheckpointContainer"))
     }
 
+    async fn checkpoint_pod(
+        &self,
+        _: Request<pb::CheckpointPodRequest>,
+    ) -> Result<Response<pb::CheckpointPodResponse>, Status> {
+        Err(unimplemented("CheckpointPod"))
+    }
+
+    async fn restore_pod(
+        &self,
+        _: Request<pb::RestorePodRequest>,
+    ) -> Result<Response<pb::RestorePodResponse>, Status> {
+        Err(unimplemented("RestorePod"))
+    }
+
     async fn list_metric_descriptors(
         &self,
         _: Request<pb::ListMetricDescriptorsRequest>,
