@@ -3,7 +3,6 @@
 //! lifecycle phase and, once it has exited, how it ended (`ExitInfo`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
