@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::monitor::ExitInfo;
 use crate::sandbox::NamespaceMode;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -171,34 +172,6 @@ pub enum Phase {
     Created,
     Running,
     Exited,
-}
-
-/// How a container's process ended, as its monitor recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitInfo {
-    /// The exit status, or 128 + the signal that killed it.
-    pub code: i32,
-    /// The signal that killed it, if one did.
-    pub signal: Option<i32>,
-    /// Nanoseconds since the epoch.
-    pub finished_at: i64,
-    /// The kernel's OOM killer ended it (read from the container's cgroup, not guessed).
-    pub oom_killed: bool,
-    /// Why it ended, for ContainerStatus.message (empty when it simply exited).
-    pub message: String,
-}
-
-impl ExitInfo {
-    /// CRI's reason: `OOMKilled`, `Completed` (exit 0) or `Error`.
-    pub fn reason(&self) -> &'static str {
-        if self.oom_killed {
-            "OOMKilled"
-        } else if self.code == 0 {
-            "Completed"
-        } else {
-            "Error"
-        }
-    }
 }
 
 /// The user a container's process runs as, resolved against the image's /etc/passwd and

@@ -122,5 +122,7 @@ pub struct SpecInput<'a> {
 /// Builds the OCI runtime spec for a container.
 pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let _ = (input, NamespaceMode::Pod);
-    Err(SpecError::Invalid("the OCI spec builder is not written yet".into()))
+    Err(SpecError::Invalid(
+        "the OCI spec builder is not written yet".into(),
+    ))
 }
