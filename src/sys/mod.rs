@@ -199,6 +199,24 @@ pub fn receive_fd(stream: &std::os::unix::net::UnixStream) -> io::Result<OwnedFd
     Err(io::Error::other("no file descriptor in the message"))
 }
 
+/// Whether the kernel has mount_setattr(2) (Linux 5.12), which recursive read-only mounts
+/// need: probed with arguments it must refuse, telling ENOSYS from the refusal.
+pub fn has_mount_setattr() -> bool {
+    // SAFETY: an invalid descriptor and a null attribute pointer of size 0: the kernel checks
+    // them and returns an error without reading or writing memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1,
+            c"".as_ptr(),
+            0,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+        )
+    };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+}
+
 /// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.
 pub fn set_link_up(name: &str) -> io::Result<()> {
     let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
