@@ -4,6 +4,8 @@
 //! profile, host features) into [`SpecInput`] first, so every rule here is a plain function of
 //! its input.
 
+mod user;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -12,6 +14,8 @@ use oci_spec::runtime::{LinuxSeccomp, Spec};
 use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
 use crate::sandbox::NamespaceMode;
+
+pub use user::{AccountFiles, resolve_user};
 
 /// Why a spec could not be built: always the request's fault (InvalidArgument) or a feature
 /// this host lacks (FailedPrecondition); see `SpecError::is_host_limit`.
@@ -122,5 +126,7 @@ pub struct SpecInput<'a> {
 /// Builds the OCI runtime spec for a container.
 pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let _ = (input, NamespaceMode::Pod);
-    Err(SpecError::Invalid("the OCI spec builder is not written yet".into()))
+    Err(SpecError::Invalid(
+        "the OCI spec builder is not written yet".into(),
+    ))
 }
