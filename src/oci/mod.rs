@@ -4,17 +4,21 @@
 //! profile, host features) into [`SpecInput`] first, so every rule here is a plain function of
 //! its input.
 
+mod seccomp;
+mod seccomp_default;
+mod security;
 mod user;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use oci_spec::runtime::{LinuxSeccomp, Spec};
+use oci_spec::runtime::Spec;
 
 use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
 use crate::sandbox::NamespaceMode;
 
+pub use seccomp::{SeccompProfile, parse_seccomp_profile};
 pub use user::{AccountFiles, resolve_user};
 
 /// Why a spec could not be built: always the request's fault (InvalidArgument) or a feature
@@ -90,6 +94,12 @@ pub struct HostFeatures {
     /// Whether each request mount's host path sits on a shared / slave mount, by host path
     /// (needed for Bidirectional / HostToContainer propagation).
     pub mount_propagation: BTreeMap<String, HostPropagation>,
+    /// The memory controller can limit swap (cgroup v1 `memory.memsw.*`, v2
+    /// `memory.swap.max`); without it no swap limit is written.
+    pub swap_limit: bool,
+    /// The AppArmor profile `RuntimeDefault` (and an unset profile) means, once the container
+    /// module has loaded it; `None` leaves such containers without a profile.
+    pub apparmor_default_profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +128,9 @@ pub struct SpecInput<'a> {
     pub mounts: &'a [crate::container::MountSpec],
     /// Request devices resolved from the host, plus all host devices when privileged.
     pub devices: &'a [DeviceNode],
-    /// The parsed `Localhost` seccomp profile, when the request names one.
-    pub seccomp_localhost: Option<&'a LinuxSeccomp>,
+    /// The parsed `Localhost` seccomp profile (see [`parse_seccomp_profile`]), when the
+    /// request names one.
+    pub seccomp_localhost: Option<&'a SeccompProfile>,
     pub host: &'a HostFeatures,
 }
 
