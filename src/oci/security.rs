@@ -182,46 +182,62 @@ pub(crate) fn parse_capability(name: &str) -> Result<Capability, SpecError> {
         .ok_or_else(|| SpecError::Invalid(format!("unknown capability {name:?}")))
 }
 
+/// A name in a capability list: one capability, or `ALL`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Named {
+    All,
+    One(Capability),
+}
+
+fn named(field: &str, names: &[String]) -> Result<Vec<Named>, SpecError> {
+    names
+        .iter()
+        .map(|name| {
+            if name.trim().eq_ignore_ascii_case("ALL") {
+                return Ok(Named::All);
+            }
+            parse_capability(name).map(Named::One).map_err(|_| {
+                SpecError::Invalid(format!("capabilities.{field}: unknown capability {name:?}"))
+            })
+        })
+        .collect()
+}
+
+fn ones(names: &[Named]) -> impl Iterator<Item = Capability> + '_ {
+    names.iter().filter_map(|n| match n {
+        Named::One(cap) => Some(*cap),
+        Named::All => None,
+    })
+}
+
 /// The bounding/effective/permitted set, and the ambient (and so inheritable) set.
 fn capability_sets(
     request: &Capabilities,
     privileged: bool,
 ) -> Result<(HashSet<Capability>, HashSet<Capability>), SpecError> {
-    let named = |field: &str, names: &[String]| -> Result<Vec<Option<Capability>>, SpecError> {
-        names
-            .iter()
-            .map(|name| match name.trim().eq_ignore_ascii_case("ALL") {
-                true => Ok(None),
-                false => parse_capability(name).map(Some).map_err(|_| {
-                    SpecError::Invalid(format!("capabilities.{field}: unknown capability {name:?}"))
-                }),
-            })
-            .collect()
-    };
     let add = named("add", &request.add)?;
     let drop = named("drop", &request.drop)?;
-    let ambient: HashSet<Capability> = named("add_ambient", &request.add_ambient)?
-        .into_iter()
-        .map(|cap| {
-            cap.ok_or_else(|| {
-                SpecError::Invalid("capabilities.add_ambient: ALL is not allowed".into())
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let ambient_names = named("add_ambient", &request.add_ambient)?;
+    if ambient_names.contains(&Named::All) {
+        return Err(SpecError::Invalid(
+            "capabilities.add_ambient: ALL is not allowed".into(),
+        ));
+    }
+    let ambient: HashSet<Capability> = ones(&ambient_names).collect();
     let all = || ALL_CAPABILITIES.iter().map(|(_, cap)| *cap).collect();
     let mut caps: HashSet<Capability> = if privileged {
         all()
     } else {
         let mut caps = DEFAULT_CAPABILITIES.iter().copied().collect();
-        if add.contains(&None) {
+        if add.contains(&Named::All) {
             caps = all();
         }
-        if drop.contains(&None) {
+        if drop.contains(&Named::All) {
             caps.clear();
         }
-        caps.extend(add.iter().flatten());
-        for cap in drop.iter().flatten() {
-            caps.remove(cap);
+        caps.extend(ones(&add));
+        for cap in ones(&drop) {
+            caps.remove(&cap);
         }
         caps
     };
