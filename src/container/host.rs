@@ -25,7 +25,28 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
                 .unwrap_or(0),
         ),
         mount_propagation: Default::default(),
+        swap_limit: swap_limit(cgroup_v2),
+        // No AppArmor profile of crust's own is loaded: RuntimeDefault means none.
+        apparmor_default_profile: None,
     }
+}
+
+/// Whether the memory controller can limit swap (CONFIG_MEMCG_SWAP, and on v1 not disabled
+/// by `swapaccount=0`).
+fn swap_limit(cgroup_v2: bool) -> bool {
+    if !cgroup_v2 {
+        return Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists();
+    }
+    // The v2 root has no memory files; this process's own cgroup does.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    own.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .is_some_and(|rel| {
+            Path::new("/sys/fs/cgroup")
+                .join(rel.trim_start_matches('/'))
+                .join("memory.swap.max")
+                .exists()
+        })
 }
 
 /// The lowest oom_score_adj this process may give a child: anything with CAP_SYS_RESOURCE,

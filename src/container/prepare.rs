@@ -40,7 +40,11 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     let config = &inputs.image.config;
     let passwd = read_in_root(inputs.rootfs, "etc/passwd")?;
     let group = read_in_root(inputs.rootfs, "etc/group")?;
-    let user = oci::resolve_user(&spec.security, &config.user, &passwd, &group)?;
+    let files = oci::AccountFiles {
+        passwd: &passwd,
+        group: &group,
+    };
+    let user = oci::resolve_user(&spec.security, &config.user, inputs.image_name, &files)?;
     let mounts = resolve_mounts(&spec.mounts)?;
     let mut host = ctx.host.clone();
     for m in &mounts {
@@ -263,11 +267,11 @@ fn host_devices(dir: &Path, out: &mut Vec<DeviceNode>) {
     }
 }
 
-fn load_seccomp(path: &str) -> Result<oci_spec::runtime::LinuxSeccomp, ContainerError> {
+fn load_seccomp(path: &str) -> Result<oci::SeccompProfile, ContainerError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ContainerError::Invalid(format!("seccomp profile {path:?} cannot be read: {e}"))
     })?;
-    Ok(oci::parse_seccomp_profile(&text)?)
+    Ok(oci::parse_seccomp_profile(path, &text)?)
 }
 
 /// The image's declared volumes become empty directories (as containerd's default `mkdir`

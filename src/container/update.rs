@@ -21,7 +21,7 @@ impl Containers {
                     what: "update its resources",
                 });
             }
-            let linux = crate::oci::linux_resources(&resources, &me.ctx.host)?;
+            let linux = crate::oci::container_resources(&resources, &me.ctx.host)?;
             let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
             super::create::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
             held.entry

@@ -229,7 +229,9 @@ impl RuntimeService for RuntimeServer {
                     }),
                 })
                 .collect(),
-            features: Some(pb::RuntimeFeatures::default()),
+            features: Some(pb::RuntimeFeatures {
+                supplemental_groups_policy: true,
+            }),
         }))
     }
 

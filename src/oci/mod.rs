@@ -3,15 +3,46 @@
 //! host (the image's passwd and group files, host paths and devices, a localhost seccomp
 //! profile, host features) into [`SpecInput`] first, so every rule here is a plain function of
 //! its input.
+//!
+//! One file per concern: `process` (args, env, cwd, rlimits, exec processes), `user` (who the
+//! process runs as), `security` (capabilities, privileged, masked paths, seccomp choice,
+//! AppArmor, SELinux) with `seccomp` (node profiles) and `seccomp_default` (crust's default
+//! profile), `mounts`, `resources` (cgroup limits and devices), `namespaces` and `signal`
+//! (the stop signal). [`build`] assembles them into the spec libcontainer runs.
+//!
+//! The spec is written for youki's libcontainer 0.7, whose rules it follows where they differ
+//! from runc's: no `hostname` (the pod's UTS namespace has it), no `Some(false)`
+//! no_new_privileges, `slave`/`shared`/`private` root propagation, masked seccomp
+//! comparisons written mask-in-`valueTwo`; each is explained where it is decided. The pod's
+//! sysctls are not repeated in the spec: the pod's monitor set them in the namespaces the
+//! container joins.
 
-use std::collections::BTreeMap;
+mod mounts;
+mod namespaces;
+mod process;
+mod resources;
+mod seccomp;
+mod seccomp_default;
+mod security;
+mod signal;
+mod user;
+
+#[cfg(test)]
+mod fixture;
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use oci_spec::runtime::{LinuxSeccomp, Spec};
+use oci_spec::runtime::{Linux, Root, Spec};
 
 use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
-use crate::sandbox::NamespaceMode;
+
+pub use process::exec_process;
+pub use resources::container_resources;
+pub use seccomp::{SeccompProfile, parse_seccomp_profile};
+pub use signal::{parse_signal, stop_signal};
+pub use user::{AccountFiles, resolve_user};
 
 /// Why a spec could not be built: always the request's fault (InvalidArgument) or a feature
 /// this host lacks (FailedPrecondition); see `SpecError::is_host_limit`.
@@ -86,6 +117,12 @@ pub struct HostFeatures {
     /// Whether each request mount's host path sits on a shared / slave mount, by host path
     /// (needed for Bidirectional / HostToContainer propagation).
     pub mount_propagation: BTreeMap<String, HostPropagation>,
+    /// The memory controller can limit swap (cgroup v1 `memory.memsw.*`, v2
+    /// `memory.swap.max`); without it no swap limit is written.
+    pub swap_limit: bool,
+    /// The AppArmor profile `RuntimeDefault` (and an unset profile) means, once the container
+    /// module has loaded it; `None` leaves such containers without a profile.
+    pub apparmor_default_profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,240 +151,284 @@ pub struct SpecInput<'a> {
     pub mounts: &'a [crate::container::MountSpec],
     /// Request devices resolved from the host, plus all host devices when privileged.
     pub devices: &'a [DeviceNode],
-    /// The parsed `Localhost` seccomp profile, when the request names one.
-    pub seccomp_localhost: Option<&'a LinuxSeccomp>,
+    /// The parsed `Localhost` seccomp profile (see [`parse_seccomp_profile`]), when the
+    /// request names one.
+    pub seccomp_localhost: Option<&'a SeccompProfile>,
     pub host: &'a HostFeatures,
 }
 
 /// Builds the OCI runtime spec for a container.
-///
-/// Interim: process, user, root, pod namespaces, pod files and the request's mounts only; the
-/// full builder (security, resources, devices, seccomp) replaces it.
 pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
-    use oci_spec::runtime::{
-        LinuxBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder, ProcessBuilder,
-        RootBuilder, UserBuilder, get_default_namespaces,
-    };
-    let spec = input.spec;
-    let image = input.image;
-    let args: Vec<String> = if !spec.command.is_empty() {
-        spec.command.iter().chain(&spec.args).cloned().collect()
-    } else if !spec.args.is_empty() {
-        image.entrypoint.iter().chain(&spec.args).cloned().collect()
-    } else {
-        image.entrypoint.iter().chain(&image.cmd).cloned().collect()
-    };
-    if args.is_empty() {
-        return Err(SpecError::Invalid(format!(
-            "container {:?}: no command given and the image has none",
-            spec.metadata.name
-        )));
-    }
-    let mut env: Vec<String> = image.env.clone();
-    for (k, v) in &spec.envs {
-        env.retain(|e| e.split_once('=').map(|(ek, _)| ek) != Some(k.as_str()));
-        env.push(format!("{k}={v}"));
-    }
-    if !env.iter().any(|e| e.starts_with("PATH=")) {
-        env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    }
-    let cwd = [&spec.working_dir, &image.working_dir]
-        .into_iter()
-        .find(|d| !d.is_empty())
-        .cloned()
-        .unwrap_or_else(|| "/".into());
-    let user = UserBuilder::default()
-        .uid(input.user.uid)
-        .gid(input.user.gid)
-        .additional_gids(input.user.additional_gids.clone())
-        .build()
-        .map_err(invalid)?;
-    let process = ProcessBuilder::default()
-        .args(args)
-        .env(env)
-        .cwd(cwd)
-        .terminal(spec.tty)
-        .user(user)
-        .build()
-        .map_err(invalid)?;
-    let mut namespaces = get_default_namespaces();
-    let pod = input.pod;
-    namespaces.retain(|n| {
-        !matches!(
-            n.typ(),
-            LinuxNamespaceType::User | LinuxNamespaceType::Cgroup
-        )
-    });
-    for ns in &mut namespaces {
-        let pin = match ns.typ() {
-            LinuxNamespaceType::Network => Some(&pod.net_ns),
-            LinuxNamespaceType::Ipc => Some(&pod.ipc_ns),
-            LinuxNamespaceType::Uts => Some(&pod.uts_ns),
-            LinuxNamespaceType::Pid if spec.security.pid_mode == NamespaceMode::Pod => {
-                Some(&pod.pid_ns)
-            }
-            _ => None,
-        };
-        if let Some(Some(path)) = pin {
-            *ns = LinuxNamespaceBuilder::default()
-                .typ(ns.typ())
-                .path(path.clone())
-                .build()
-                .map_err(invalid)?;
-        }
-    }
-    namespaces.retain(|n| match n.typ() {
-        LinuxNamespaceType::Network => pod.net_ns.is_some(),
-        LinuxNamespaceType::Ipc => pod.ipc_ns.is_some(),
-        LinuxNamespaceType::Uts => pod.uts_ns.is_some(),
-        LinuxNamespaceType::Pid => spec.security.pid_mode != NamespaceMode::Node,
-        _ => true,
-    });
-    let bind = |dest: &str, src: &std::path::Path, ro: bool| {
-        let mut options = vec!["rbind".to_owned(), "rprivate".to_owned()];
-        if ro {
-            options.push("ro".into());
-        }
-        MountBuilder::default()
-            .destination(dest)
-            .typ("bind")
-            .source(src)
-            .options(options)
-            .build()
-    };
-    let mut mounts = oci_spec::runtime::get_default_mounts();
-    for (dest, src) in [
-        ("/etc/hostname", &pod.hostname_file),
-        ("/etc/hosts", &pod.hosts_file),
-        ("/etc/resolv.conf", &pod.resolv_conf),
-    ] {
-        if !input.mounts.iter().any(|m| m.container_path == dest) {
-            mounts.push(bind(dest, src, false).map_err(invalid)?);
-        }
-    }
-    if let Some(shm) = &pod.shm {
-        mounts.retain(|m| m.destination() != std::path::Path::new("/dev/shm"));
-        mounts.push(bind("/dev/shm", shm, false).map_err(invalid)?);
-    }
-    for m in input.mounts {
-        mounts.push(bind(&m.container_path, m.host_path.as_ref(), m.readonly).map_err(invalid)?);
-    }
-    let linux = LinuxBuilder::default()
-        .namespaces(namespaces)
-        .cgroups_path(PathBuf::from(input.cgroups_path))
-        .build()
-        .map_err(invalid)?;
-    let mut out = Spec::default();
-    out.set_hostname(None)
+    let sc = &input.spec.security;
+    let security = security::security(sc, input.seccomp_localhost, input.host)?;
+    let process = process::process(
+        &process::ProcessInput {
+            spec: input.spec,
+            image: input.image,
+            image_name: input.image_name,
+            user: input.user,
+            pod_hostname: &input.pod.hostname,
+            min_oom_score_adj: input.host.min_oom_score_adj,
+        },
+        &security,
+    )?;
+    let mounts = mounts::mounts(input, security.privileged)?;
+    let namespaces = namespaces::namespaces(sc.pid_mode, input.pod, input.host.cgroup_v2)?;
+    let resources = resources::resources(
+        &input.spec.resources,
+        input.devices,
+        sc.privileged,
+        input.host,
+    )?;
+    let devices = resources::linux_devices(input.devices)?;
+
+    let non_empty = |v: Vec<String>| Some(v).filter(|v| !v.is_empty());
+    let mut linux = Linux::default();
+    linux
+        .set_namespaces(Some(namespaces))
+        .set_resources(Some(resources))
+        .set_devices(Some(devices).filter(|d| !d.is_empty()))
+        .set_cgroups_path(Some(input.cgroups_path.into()))
+        .set_masked_paths(non_empty(security.masked_paths))
+        .set_readonly_paths(non_empty(security.readonly_paths))
+        .set_seccomp(security.seccomp)
+        .set_rootfs_propagation(Some(mounts.rootfs_propagation))
+        .set_mount_label(security.mount_label)
+        .set_sysctl(None)
+        .set_uid_mappings(None)
+        .set_gid_mappings(None);
+    let mut root = Root::default();
+    root.set_path(input.rootfs.to_path_buf())
+        .set_readonly(Some(sc.readonly_rootfs));
+    let mut spec = Spec::default();
+    spec.set_hostname(None)
+        .set_domainname(None)
         .set_process(Some(process))
-        .set_root(Some(
-            RootBuilder::default()
-                .path(input.rootfs)
-                .readonly(spec.security.readonly_rootfs)
-                .build()
-                .map_err(invalid)?,
-        ))
-        .set_mounts(Some(mounts))
-        .set_linux(Some(linux))
-        .set_annotations(Some(spec.annotations.clone().into_iter().collect()));
-    Ok(out)
+        .set_root(Some(root))
+        .set_mounts(Some(mounts.mounts))
+        .set_annotations(Some(annotations(input)))
+        .set_hooks(None)
+        .set_linux(Some(linux));
+    Ok(spec)
 }
 
-fn invalid(e: impl std::fmt::Display) -> SpecError {
-    SpecError::Invalid(e.to_string())
+/// The request's annotations, and the ones containerd adds that tools read back.
+fn annotations(input: &SpecInput<'_>) -> HashMap<String, String> {
+    let mut out: HashMap<String, String> = input.spec.annotations.clone().into_iter().collect();
+    let ours = [
+        ("io.kubernetes.cri.container-type", "container"),
+        ("io.kubernetes.cri.sandbox-id", input.pod.id.as_str()),
+        (
+            "io.kubernetes.cri.container-name",
+            input.spec.metadata.name.as_str(),
+        ),
+        ("io.kubernetes.cri.image-name", input.image_name),
+    ];
+    for (key, value) in ours {
+        out.insert(key.to_string(), value.to_string());
+    }
+    out
 }
 
-/// The process an ExecSync or Exec runs: the container's, with `cmd` and a tty or not.
-pub fn exec_process(
-    container: &oci_spec::runtime::Process,
-    cmd: &[String],
-    tty: bool,
-) -> oci_spec::runtime::Process {
-    let mut p = container.clone();
-    p.set_args(Some(cmd.to_vec())).set_terminal(Some(tty));
-    p
-}
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
 
-/// Resolves the user a container runs as (interim: numeric users only, no groups file).
-pub fn resolve_user(
-    security: &crate::container::SecurityContext,
-    image_user: &str,
-    _passwd: &str,
-    _group: &str,
-) -> Result<ResolvedUser, SpecError> {
-    let uid = security
-        .run_as_user
-        .map(|u| u as u32)
-        .or_else(|| image_user.split(':').next().and_then(|u| u.parse().ok()))
-        .unwrap_or(0);
-    let gid = security.run_as_group.map(|g| g as u32).unwrap_or(0);
-    Ok(ResolvedUser {
-        uid,
-        gid,
-        additional_gids: security
-            .supplemental_groups
+    use libcontainer::validator::Validator;
+    use oci_spec::runtime::{Capability, LinuxNamespaceType, LinuxSeccompAction};
+
+    use super::fixture::Fixture;
+    use super::*;
+    use crate::container::{MountSpec, Profile, Propagation};
+    use crate::sandbox::NamespaceMode;
+
+    #[test]
+    fn builds_a_spec_libcontainer_accepts() {
+        let mut fx = Fixture::new();
+        fx.spec.security.seccomp = Some(Profile::RuntimeDefault);
+        fx.spec.security.no_new_privs = true;
+        fx.spec.annotations.insert("team".into(), "a".into());
+        fx.spec
+            .annotations
+            .insert("io.kubernetes.cri.container-type".into(), "forged".into());
+        fx.spec.resources.memory_limit = 64 << 20;
+        fx.mounts = vec![MountSpec {
+            container_path: "/data".into(),
+            host_path: "/srv/data".into(),
+            ..Default::default()
+        }];
+        let spec = build(&fx.input()).unwrap();
+        Validator::validate_spec(&spec).unwrap();
+
+        assert!(spec.version().starts_with("1."));
+        assert_eq!(
+            spec.hostname(),
+            &None,
+            "the pod's UTS namespace carries the hostname"
+        );
+        let root = spec.root().as_ref().unwrap();
+        assert_eq!(
+            (root.path().as_path(), root.readonly()),
+            (fx.rootfs.as_path(), Some(false))
+        );
+        let annotations = spec.annotations().as_ref().unwrap();
+        for (key, value) in [
+            ("team", "a"),
+            ("io.kubernetes.cri.container-type", "container"),
+            ("io.kubernetes.cri.sandbox-id", "p1"),
+            ("io.kubernetes.cri.container-name", "c1"),
+            (
+                "io.kubernetes.cri.image-name",
+                "docker.io/library/busybox:latest",
+            ),
+        ] {
+            assert_eq!(
+                annotations.get(key).map(String::as_str),
+                Some(value),
+                "{key}"
+            );
+        }
+
+        let linux = spec.linux().as_ref().unwrap();
+        assert_eq!(
+            linux.cgroups_path().as_deref(),
+            Some(Path::new("/crust/crust-p1/c1-id"))
+        );
+        assert_eq!(linux.rootfs_propagation().as_deref(), Some("private"));
+        assert_eq!(linux.sysctl(), &None);
+        assert_eq!(linux.masked_paths().as_ref().map(|p| p.len()), Some(11));
+        let seccomp = linux.seccomp().as_ref().unwrap();
+        assert_eq!(seccomp.default_action(), LinuxSeccompAction::ScmpActErrno);
+        let kinds: Vec<_> = linux
+            .namespaces()
             .iter()
-            .map(|g| *g as u32)
-            .collect(),
-    })
-}
+            .flatten()
+            .map(|n| n.typ())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                LinuxNamespaceType::Pid,
+                LinuxNamespaceType::Network,
+                LinuxNamespaceType::Ipc,
+                LinuxNamespaceType::Uts,
+                LinuxNamespaceType::Mount,
+                LinuxNamespaceType::Cgroup,
+            ]
+        );
+        let memory = linux
+            .resources()
+            .as_ref()
+            .and_then(|r| r.memory().as_ref())
+            .unwrap();
+        assert_eq!(memory.limit(), Some(64 << 20));
 
-/// Parses a Localhost seccomp profile (interim: OCI format only).
-pub fn parse_seccomp_profile(json: &str) -> Result<LinuxSeccomp, SpecError> {
-    serde_json::from_str(json).map_err(|e| SpecError::Invalid(format!("seccomp profile: {e}")))
-}
+        let process = spec.process().as_ref().unwrap();
+        assert_eq!(process.no_new_privileges(), Some(true));
+        assert_eq!(process.oom_score_adj(), Some(0));
+        assert_eq!(process.apparmor_profile(), &None);
+        let env = process.env().as_ref().unwrap();
+        assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
 
-/// The signal StopContainer sends first: the request's, else the image's, else SIGTERM.
-pub fn stop_signal(requested: &str, image: &str) -> Result<i32, SpecError> {
-    let name = [requested, image]
-        .into_iter()
-        .find(|s| !s.is_empty())
-        .unwrap_or("SIGTERM");
-    if let Ok(n) = name.parse::<i32>() {
-        return Ok(n);
+        // The spec survives the config.json round trip libcontainer makes.
+        let json = serde_json::to_string(&spec).unwrap();
+        let back: Spec = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, spec);
     }
-    let full = if name.starts_with("SIG") {
-        name.to_owned()
-    } else {
-        format!("SIG{name}")
-    };
-    full.parse::<nix::sys::signal::Signal>()
-        .map(|s| s as i32)
-        .map_err(|_| SpecError::Invalid(format!("stop signal {name:?} is not a signal")))
-}
 
-/// CRI resources as the OCI spec's (interim: cpu, cpuset, memory).
-pub fn linux_resources(
-    r: &crate::container::Resources,
-    _host: &HostFeatures,
-) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
-    use oci_spec::runtime::{LinuxCpuBuilder, LinuxMemoryBuilder, LinuxResourcesBuilder};
-    let mut cpu = LinuxCpuBuilder::default();
-    if r.cpu_shares > 0 {
-        cpu = cpu.shares(r.cpu_shares as u64);
+    #[test]
+    fn privileged_spec() {
+        let mut fx = Fixture::new();
+        fx.spec.security.privileged = true;
+        fx.spec.security.seccomp = Some(Profile::RuntimeDefault);
+        fx.spec.security.readonly_rootfs = true;
+        fx.spec.security.pid_mode = NamespaceMode::Node;
+        fx.devices = vec![DeviceNode {
+            container_path: "/dev/kmsg".into(),
+            host_path: "/dev/kmsg".into(),
+            kind: 'c',
+            major: 1,
+            minor: 11,
+            file_mode: 0o644,
+            uid: 0,
+            gid: 0,
+            permissions: "rwm".into(),
+        }];
+        fx.mounts = vec![MountSpec {
+            container_path: "/shared".into(),
+            host_path: "/mnt/shared".into(),
+            propagation: Propagation::Bidirectional,
+            ..Default::default()
+        }];
+        fx.host
+            .mount_propagation
+            .insert("/mnt/shared".into(), HostPropagation::Shared);
+        let spec = build(&fx.input()).unwrap();
+        Validator::validate_spec(&spec).unwrap();
+
+        let linux = spec.linux().as_ref().unwrap();
+        assert_eq!(linux.seccomp(), &None);
+        assert_eq!(linux.masked_paths(), &None);
+        assert_eq!(linux.readonly_paths(), &None);
+        assert_eq!(linux.rootfs_propagation().as_deref(), Some("shared"));
+        assert_eq!(linux.devices().as_ref().map(|d| d.len()), Some(1));
+        let rules = linux
+            .resources()
+            .as_ref()
+            .and_then(|r| r.devices().clone())
+            .unwrap();
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0].allow() && rules[0].typ().is_none());
+        let kinds: Vec<_> = linux
+            .namespaces()
+            .iter()
+            .flatten()
+            .map(|n| n.typ())
+            .collect();
+        assert!(!kinds.contains(&LinuxNamespaceType::Pid));
+        assert_eq!(spec.root().as_ref().and_then(|r| r.readonly()), Some(true));
+        let caps = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.capabilities().clone())
+            .unwrap();
+        assert!(
+            caps.bounding()
+                .as_ref()
+                .unwrap()
+                .contains(&Capability::SysAdmin)
+        );
+        let sys = spec
+            .mounts()
+            .iter()
+            .flatten()
+            .find(|m| m.destination() == Path::new("/sys"));
+        assert!(!sys.unwrap().options().iter().flatten().any(|o| o == "ro"));
     }
-    if r.cpu_quota != 0 {
-        cpu = cpu.quota(r.cpu_quota);
+
+    #[test]
+    fn errors_say_which_kind() {
+        let mut fx = Fixture::new();
+        fx.spec.security.apparmor = Some(Profile::Localhost("p".into()));
+        assert!(build(&fx.input()).unwrap_err().is_host_limit());
+
+        let mut fx = Fixture::new();
+        fx.spec.security.capabilities.add = vec!["CAP_FOO".into()];
+        let err = build(&fx.input()).unwrap_err();
+        assert!(!err.is_host_limit());
+        assert_eq!(
+            err.to_string(),
+            "capabilities.add: unknown capability \"CAP_FOO\""
+        );
+
+        let mut fx = Fixture::new();
+        fx.spec.command.clear();
+        fx.image.cmd.clear();
+        assert!(
+            build(&fx.input())
+                .unwrap_err()
+                .to_string()
+                .contains("nothing to run")
+        );
     }
-    if r.cpu_period > 0 {
-        cpu = cpu.period(r.cpu_period as u64);
-    }
-    if !r.cpuset_cpus.is_empty() {
-        cpu = cpu.cpus(r.cpuset_cpus.clone());
-    }
-    if !r.cpuset_mems.is_empty() {
-        cpu = cpu.mems(r.cpuset_mems.clone());
-    }
-    let mut memory = LinuxMemoryBuilder::default();
-    if r.memory_limit > 0 {
-        memory = memory.limit(r.memory_limit);
-    }
-    if r.memory_swap_limit != 0 {
-        memory = memory.swap(r.memory_swap_limit);
-    }
-    LinuxResourcesBuilder::default()
-        .cpu(cpu.build().map_err(invalid)?)
-        .memory(memory.build().map_err(invalid)?)
-        .build()
-        .map_err(invalid)
 }
