@@ -231,6 +231,7 @@ impl RuntimeService for RuntimeServer {
                 .collect(),
             features: Some(pb::RuntimeFeatures {
                 supplemental_groups_policy: true,
+                ..Default::default()
             }),
         }))
     }
