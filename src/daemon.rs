@@ -137,8 +137,10 @@ async fn start_containers(
         &config.root,
         sandboxes.context().cgroups.clone(),
     );
-    ctx.prepare_dirs()
-        .map_err(io("creating the container directories under", &config.state))?;
+    ctx.prepare_dirs().map_err(io(
+        "creating the container directories under",
+        &config.state,
+    ))?;
     let containers = Containers::new(ctx, sandboxes.clone(), images.clone());
     let summary = containers.recover().await;
     tracing::info!(

@@ -24,6 +24,7 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0),
         ),
+        max_nofile: max_nofile(),
         mount_propagation: Default::default(),
         swap_limit: swap_limit(cgroup_v2),
         // No AppArmor profile of crust's own is loaded: RuntimeDefault means none.
@@ -47,6 +48,21 @@ fn swap_limit(cgroup_v2: bool) -> bool {
                 .join("memory.swap.max")
                 .exists()
         })
+}
+
+/// The highest open-files limit this process may give a child: its own hard limit, unless it
+/// may raise that (CAP_SYS_RESOURCE) up to the kernel's `nr_open`.
+fn max_nofile() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if min_oom_score_adj(&status, 0) == -1000 {
+        return std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+    }
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(0)
 }
 
 /// The lowest oom_score_adj this process may give a child: anything with CAP_SYS_RESOURCE,

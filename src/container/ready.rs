@@ -2,8 +2,8 @@
 //! filesystems) and seccomp (RuntimeDefault profiles) in the kernel, and writable state and
 //! layer directories. Cheap, since kubelet asks every few seconds.
 
-use crate::sandbox::ready::writable;
 use crate::sandbox::NotReady;
+use crate::sandbox::ready::writable;
 
 use super::Containers;
 
@@ -11,7 +11,10 @@ impl Containers {
     /// Ok when containers can be created; otherwise the first thing in the way.
     pub fn ready(&self) -> Result<(), NotReady> {
         let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
-        if !filesystems.lines().any(|l| l.trim_end().ends_with("\toverlay")) {
+        if !filesystems
+            .lines()
+            .any(|l| l.trim_end().ends_with("\toverlay"))
+        {
             return Err(NotReady {
                 reason: "OverlayNotSupported",
                 message: "cannot create containers: the kernel has no overlay filesystem \
@@ -29,7 +32,15 @@ impl Containers {
             });
         }
         writable(&self.ctx.state_dir, "StateNotWritable", "container records")?;
-        writable(&self.ctx.runtime_root, "StateNotWritable", "container runtime state")?;
-        writable(&self.ctx.layers_dir, "RootNotWritable", "container writable layers")
+        writable(
+            &self.ctx.runtime_root,
+            "StateNotWritable",
+            "container runtime state",
+        )?;
+        writable(
+            &self.ctx.layers_dir,
+            "RootNotWritable",
+            "container writable layers",
+        )
     }
 }

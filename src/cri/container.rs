@@ -232,7 +232,8 @@ fn legacy_profile(s: &str) -> Option<Profile> {
 /// CRI's stop signal as a name the domain reads (`SIGTERM`, or a number for real-time
 /// signals); empty for RUNTIME_DEFAULT.
 fn signal_name(v: i32) -> Result<String, Status> {
-    let signal = pb::Signal::try_from(v).map_err(|_| invalid(format!("unknown stop_signal {v}")))?;
+    let signal =
+        pb::Signal::try_from(v).map_err(|_| invalid(format!("unknown stop_signal {v}")))?;
     if signal == pb::Signal::RuntimeDefault {
         return Ok(String::new());
     }
@@ -275,7 +276,8 @@ fn signal_to_pb(number: i32) -> i32 {
             .map(|s| s.as_str().to_owned())
             .unwrap_or_default(),
     };
-    pb::Signal::from_str_name(&format!("SIGNAL_{name}")).unwrap_or(pb::Signal::RuntimeDefault) as i32
+    pb::Signal::from_str_name(&format!("SIGNAL_{name}")).unwrap_or(pb::Signal::RuntimeDefault)
+        as i32
 }
 
 pub fn container_filter(f: Option<pb::ContainerFilter>) -> ContainerFilter {
@@ -283,13 +285,15 @@ pub fn container_filter(f: Option<pb::ContainerFilter>) -> ContainerFilter {
     ContainerFilter {
         id: (!f.id.is_empty()).then_some(f.id),
         pod_id: (!f.pod_sandbox_id.is_empty()).then_some(f.pod_sandbox_id),
-        state: f.state.and_then(|s| match pb::ContainerState::try_from(s.state) {
-            Ok(pb::ContainerState::ContainerCreated) => Some(Phase::Created),
-            Ok(pb::ContainerState::ContainerRunning) => Some(Phase::Running),
-            Ok(pb::ContainerState::ContainerExited) => Some(Phase::Exited),
-            // Nothing is in an unknown state.
-            _ => Some(Phase::Creating),
-        }),
+        state: f
+            .state
+            .map(|s| match pb::ContainerState::try_from(s.state) {
+                Ok(pb::ContainerState::ContainerCreated) => Phase::Created,
+                Ok(pb::ContainerState::ContainerRunning) => Phase::Running,
+                Ok(pb::ContainerState::ContainerExited) => Phase::Exited,
+                // Nothing is listed in an unknown state (creating ones are hidden).
+                _ => Phase::Creating,
+            }),
         labels: f.label_selector.into_iter().collect(),
     }
 }
@@ -384,7 +388,12 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
             linux: Some(pb::LinuxContainerUser {
                 uid: r.user.uid.into(),
                 gid: r.user.gid.into(),
-                supplemental_groups: r.user.additional_gids.iter().map(|g| i64::from(*g)).collect(),
+                supplemental_groups: r
+                    .user
+                    .additional_gids
+                    .iter()
+                    .map(|g| i64::from(*g))
+                    .collect(),
             }),
         }),
         stop_signal: signal_to_pb(r.stop_signal),
@@ -400,7 +409,10 @@ mod tests {
         assert_eq!(signal_name(pb::Signal::Sigterm as i32).unwrap(), "SIGTERM");
         assert_eq!(signal_name(pb::Signal::RuntimeDefault as i32).unwrap(), "");
         assert_eq!(signal_name(pb::Signal::Sigrtminplus2 as i32).unwrap(), "36");
-        assert_eq!(signal_name(pb::Signal::Sigrtmaxminus1 as i32).unwrap(), "63");
+        assert_eq!(
+            signal_name(pb::Signal::Sigrtmaxminus1 as i32).unwrap(),
+            "63"
+        );
         assert_eq!(signal_to_pb(15), pb::Signal::Sigterm as i32);
         assert_eq!(signal_to_pb(36), pb::Signal::Sigrtminplus2 as i32);
         assert_eq!(signal_to_pb(64), pb::Signal::Sigrtmax as i32);

@@ -96,10 +96,7 @@ impl RuntimeServer {
         let record = self.containers.status(&req.container_id)?;
         let mut info = std::collections::HashMap::new();
         if req.verbose {
-            info.insert(
-                "info".to_owned(),
-                self.containers.info(&record).to_string(),
-            );
+            info.insert("info".to_owned(), self.containers.info(&record).to_string());
         }
         Ok(pb::ContainerStatusResponse {
             status: Some(convert::container_status(&record)),

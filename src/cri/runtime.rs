@@ -195,7 +195,11 @@ impl RuntimeService for RuntimeServer {
                 Some(("NetworkPluginNotReady", e.to_string())),
             ),
         };
-        let runtime = match self.sandboxes.ready().and_then(|()| self.containers.ready()) {
+        let runtime = match self
+            .sandboxes
+            .ready()
+            .and_then(|()| self.containers.ready())
+        {
             Ok(()) => condition("RuntimeReady", None),
             Err(e) => condition("RuntimeReady", Some((e.reason, e.message))),
         };

@@ -53,7 +53,10 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
     let stderr = Collector::start(errs, req.max_output);
     let pid = match spawned.outcome().await {
         Outcome::Pid(pid) => Pid::from_raw(pid),
-        Outcome::Failed { fault, error } => return err(fault, error),
+        Outcome::Failed { fault, error } => {
+            let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
+            return err(fault, super::workloads::with_logged(error, &logged));
+        }
     };
     let exited = monitor.watch(pid, since);
     let timeout = req.timeout_ms.map(Duration::from_millis);

@@ -96,6 +96,8 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         nix::sys::prctl::set_child_subreaper(true),
     )?;
     let pins = &config.pins;
+    // The monitor's own PID namespace, to return to once the pod's init exists (see below).
+    let own_pid_ns = step("open own PID namespace", File::open("/proc/self/ns/pid"))?;
     let mut flags = CloneFlags::empty();
     for (pin, flag) in [
         (&pins.net, CloneFlags::CLONE_NEWNET),
@@ -134,6 +136,13 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         step(
             "pin namespaces",
             pin_namespace(&format!("/proc/{init}/ns/pid"), pin),
+        )?;
+        // Later children (runtime workers, and through them containers) are created in the
+        // monitor's own namespace again: a worker must see pids as the monitor does, and
+        // libcontainer joins the pod's namespace itself, through its pin.
+        step(
+            "return to own PID namespace",
+            nix::sched::setns(&own_pid_ns, CloneFlags::CLONE_NEWPID),
         )?;
     }
     let pid = std::process::id() as i32;

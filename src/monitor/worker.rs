@@ -22,7 +22,7 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
+use tokio::io::AsyncBufReadExt;
 
 use super::{CreateRequest, Fault};
 use crate::sys::{self, ForkResult};
@@ -87,12 +87,14 @@ pub fn spawn(job: Job, log: &Path) -> std::io::Result<Spawned> {
 }
 
 impl Spawned {
-    /// Reads the worker's answer. A worker that exits without one died (see the runtime log).
+    /// Reads the worker's answer: one line, not the whole stream, since the container's init
+    /// (a clone of the worker) keeps the pipe open until it execs. A worker that exits
+    /// without an answer died (see the runtime log).
     pub async fn outcome(self) -> Outcome {
         let read = async {
-            let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(self.result)?;
+            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(self.result)?;
             let mut text = String::new();
-            pipe.read_to_string(&mut text).await?;
+            tokio::io::BufReader::new(pipe).read_line(&mut text).await?;
             Ok::<_, std::io::Error>(text)
         };
         match read.await {
@@ -203,6 +205,36 @@ fn exec(
         Ok(Ok(pid)) => Outcome::Pid(pid.as_raw()),
         Ok(Err(e)) | Err(e) => failed(&e),
     }
+}
+
+/// What the runtime logged as errors (the container's init reports its own failures there,
+/// and libcontainer's error values often say less): the last few, each once, on one line.
+pub fn logged_errors(log: &Path) -> String {
+    const TAIL: u64 = 64 * 1024;
+    let text = File::open(log)
+        .and_then(|mut f| {
+            use std::io::{Read, Seek, SeekFrom};
+            let len = f.metadata()?.len();
+            f.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
+            let mut s = String::new();
+            f.take(TAIL).read_to_string(&mut s)?;
+            Ok(s)
+        })
+        .unwrap_or_default();
+    let mut seen: Vec<&str> = Vec::new();
+    for line in text.lines().filter(|l| l.contains(" ERROR ")) {
+        // `<time> ERROR <target>: <message>`
+        let message = line
+            .split_once(" ERROR ")
+            .and_then(|(_, rest)| rest.split_once(": "))
+            .map_or(line, |(_, m)| m)
+            .trim();
+        if !seen.contains(&message) {
+            seen.push(message);
+        }
+    }
+    let start = seen.len().saturating_sub(3);
+    seen[start..].join("; ")
 }
 
 fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {

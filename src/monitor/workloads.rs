@@ -85,7 +85,10 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
     let (outcome, console) = tokio::join!(spawned.outcome(), receive_console(ours.console));
     let pid = match outcome {
         Outcome::Pid(pid) => Pid::from_raw(pid),
-        Outcome::Failed { fault, error } => return err(fault, error),
+        Outcome::Failed { fault, error } => {
+            let logged = worker::logged_errors(&req.dir.join(RUNTIME_LOG));
+            return err(fault, with_logged(error, &logged));
+        }
     };
     let relays = match relay_outputs(&req, ours.stdout, ours.stderr, console, &log) {
         Ok(r) => r,
@@ -364,6 +367,15 @@ fn oom_kill_count(text: &str) -> u64 {
         .find(|(k, _)| *k == "oom_kill")
         .and_then(|(_, v)| v.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The error, followed by what the runtime logged when that says more.
+pub fn with_logged(error: String, logged: &str) -> String {
+    if logged.is_empty() || error.contains(logged) {
+        error
+    } else {
+        format!("{error} (runtime log: {logged})")
+    }
 }
 
 fn not_found(id: &str) -> Reply {

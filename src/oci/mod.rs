@@ -114,6 +114,9 @@ pub struct HostFeatures {
     /// The lowest oom_score_adj crust itself may give a process (crust without
     /// CAP_SYS_RESOURCE cannot go below its own value).
     pub min_oom_score_adj: i64,
+    /// The highest RLIMIT_NOFILE crust may give a process (without CAP_SYS_RESOURCE, its own
+    /// hard limit); 0: unknown, no clamp.
+    pub max_nofile: u64,
     /// Whether each request mount's host path sits on a shared / slave mount, by host path
     /// (needed for Bidirectional / HostToContainer propagation).
     pub mount_propagation: BTreeMap<String, HostPropagation>,
@@ -169,6 +172,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
             user: input.user,
             pod_hostname: &input.pod.hostname,
             min_oom_score_adj: input.host.min_oom_score_adj,
+            max_nofile: input.host.max_nofile,
         },
         &security,
     )?;

@@ -7,8 +7,8 @@
 //!   `TERM=xterm` with a tty come first, then the image's Env, then the request's envs, each
 //!   later value replacing an earlier one of the same name in place;
 //! - cwd: the request's working dir, else the image's WorkingDir, else `/`;
-//! - RLIMIT_NOFILE 1048576 (CRI-O's and recent Docker's), oom_score_adj clamped to what
-//!   crust may set, the user, and the security settings decided in `security`.
+//! - RLIMIT_NOFILE 1048576 (CRI-O's and recent Docker's) or what crust may set if lower,
+//!   oom_score_adj clamped to what crust may set, the user, and the security settings decided in `security`.
 
 use oci_spec::runtime::{PosixRlimitBuilder, PosixRlimitType, Process, User};
 
@@ -33,6 +33,7 @@ pub(crate) struct ProcessInput<'a> {
     pub user: &'a ResolvedUser,
     pub pod_hostname: &'a str,
     pub min_oom_score_adj: i64,
+    pub max_nofile: u64,
 }
 
 pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<Process, SpecError> {
@@ -41,10 +42,15 @@ pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<P
     user.set_uid(input.user.uid)
         .set_gid(input.user.gid)
         .set_additional_gids(Some(input.user.additional_gids.clone()));
+    // Raising a hard limit above crust's own needs CAP_SYS_RESOURCE.
+    let nofile = match input.max_nofile {
+        0 => NOFILE_LIMIT,
+        max => NOFILE_LIMIT.min(max),
+    };
     let rlimit = PosixRlimitBuilder::default()
         .typ(PosixRlimitType::RlimitNofile)
-        .soft(NOFILE_LIMIT)
-        .hard(NOFILE_LIMIT)
+        .soft(nofile)
+        .hard(nofile)
         .build()
         // Cannot fail: every field of the builder has a default.
         .unwrap_or_default();
@@ -396,6 +402,7 @@ mod tests {
             user: &fx.user,
             pod_hostname: "pod-host",
             min_oom_score_adj: fx.host.min_oom_score_adj,
+            max_nofile: 0,
         };
         let p = process(&input, &sec).unwrap();
         assert_eq!(p.terminal(), Some(true));
@@ -435,6 +442,7 @@ mod tests {
             user: &fx.user,
             pod_hostname: "h",
             min_oom_score_adj: 0,
+            max_nofile: 0,
         };
         let container = process(&input, &sec).unwrap();
         let table = [(false, false), (true, true)];

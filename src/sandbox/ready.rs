@@ -20,7 +20,11 @@ impl Sandboxes {
     /// Ok when pods can be created; otherwise the first thing in the way.
     pub fn ready(&self) -> Result<(), NotReady> {
         let ctx = self.context();
-        writable(&ctx.sandboxes_dir(), "StateNotWritable", "pod sandbox records")?;
+        writable(
+            &ctx.sandboxes_dir(),
+            "StateNotWritable",
+            "pod sandbox records",
+        )?;
         writable(&ctx.ns_dir(), "StateNotWritable", "pod namespace pins")?;
         let root = &ctx.cgroups.root;
         // cgroup v2 has one hierarchy; on v1 the memory controller stands for the others.
