@@ -25,6 +25,7 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
                 .unwrap_or(0),
         ),
         max_nofile: max_nofile(),
+        cgroup_v1_binds: Vec::new(),
         mount_propagation: Default::default(),
         swap_limit: swap_limit(cgroup_v2),
         // No AppArmor profile of crust's own is loaded: RuntimeDefault means none.

@@ -55,6 +55,9 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
             );
         }
     }
+    if !host.cgroup_v2 {
+        host.cgroup_v1_binds = cgroup_v1_binds(&ctx.cgroups, inputs.cgroup);
+    }
     let devices = resolve_devices(spec)?;
     let seccomp = match &spec.security.seccomp {
         Some(super::Profile::Localhost(path)) => Some(load_seccomp(path)?),
@@ -189,6 +192,54 @@ fn resolve_mounts(mounts: &[MountSpec]) -> Result<Vec<MountSpec>, ContainerError
             })
         })
         .collect()
+}
+
+/// The v1 hierarchies libcgroups creates a container's cgroup in: their directories for the
+/// container exist by the time its root filesystem is prepared.
+const V1_CONTROLLERS: [&str; 12] = [
+    "blkio",
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "memory",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "pids",
+];
+
+/// The container's cgroup directory in each v1 hierarchy, by its name under the cgroup root
+/// (aliases such as `cpu` for `cpu,cpuacct` included).
+fn cgroup_v1_binds(
+    cgroups: &crate::sandbox::CgroupSettings,
+    cgroup: &str,
+) -> Vec<(String, PathBuf)> {
+    let rel = cgroups.relative_dir(cgroup);
+    let rel = rel.strip_prefix("/").unwrap_or(&rel).to_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&cgroups.root)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let real = std::fs::canonicalize(e.path()).unwrap_or_else(|_| e.path());
+        let real_name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let managed = !real_name.is_empty()
+            && real_name.split(',').all(|c| V1_CONTROLLERS.contains(&c))
+            && real.join("cgroup.procs").exists();
+        if managed {
+            out.push((name, real.join(&rel)));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The request's devices, and for a privileged container every device of the host.

@@ -208,7 +208,8 @@ fn exec(
 }
 
 /// What the runtime logged as errors (the container's init reports its own failures there,
-/// and libcontainer's error values often say less): the last few, each once, on one line.
+/// and libcontainer's error values often say less): the first few (the cause comes first, the
+/// wrappers after it), each once, on one line.
 pub fn logged_errors(log: &Path) -> String {
     const TAIL: u64 = 64 * 1024;
     let text = File::open(log)
@@ -233,8 +234,8 @@ pub fn logged_errors(log: &Path) -> String {
             seen.push(message);
         }
     }
-    let start = seen.len().saturating_sub(3);
-    seen[start..].join("; ")
+    seen.truncate(3);
+    seen.join("; ")
 }
 
 fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {

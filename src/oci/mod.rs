@@ -117,6 +117,12 @@ pub struct HostFeatures {
     /// The highest RLIMIT_NOFILE crust may give a process (without CAP_SYS_RESOURCE, its own
     /// hard limit); 0: unknown, no clamp.
     pub max_nofile: u64,
+    /// On cgroup v1: the container's own cgroup directory in each hierarchy, by the name it
+    /// has under /sys/fs/cgroup (`memory`, `cpu,cpuacct`, and the `cpu` alias). Bound there
+    /// read-only instead of a `cgroup` mount: libcontainer 0.7 emulates that mount from
+    /// `/proc/<pid>` of the host, which names another process when the container joins its
+    /// pod's PID namespace. Empty: a `cgroup` mount (cgroup v2, with a cgroup namespace).
+    pub cgroup_v1_binds: Vec<(String, PathBuf)>,
     /// Whether each request mount's host path sits on a shared / slave mount, by host path
     /// (needed for Bidirectional / HostToContainer propagation).
     pub mount_propagation: BTreeMap<String, HostPropagation>,

@@ -115,11 +115,25 @@ pub(crate) fn mounts(input: &SpecInput<'_>, privileged: bool) -> Result<Mounts, 
         .collect::<Result<_, SpecError>>()?;
     let covered = |dest: &Path| requested.iter().any(|(path, _)| dest.starts_with(path));
 
+    let binds = &input.host.cgroup_v1_binds;
     let mut out: Vec<Mount> = KERNEL_MOUNTS
         .iter()
         .filter(|k| !covered(Path::new(k.destination)))
-        .map(|k| kernel_mount(k, privileged))
+        .map(|k| {
+            if k.kind == "cgroup" && !binds.is_empty() {
+                cgroup_tmpfs()
+            } else {
+                kernel_mount(k, privileged)
+            }
+        })
         .collect();
+    if !covered(Path::new(CGROUP_ROOT)) {
+        out.extend(
+            binds
+                .iter()
+                .map(|(name, dir)| cgroup_bind(name, dir, privileged)),
+        );
+    }
 
     let mut later: Vec<Mount> = pod_mounts(input)
         .into_iter()
@@ -133,6 +147,27 @@ pub(crate) fn mounts(input: &SpecInput<'_>, privileged: bool) -> Result<Mounts, 
         mounts: out,
         rootfs_propagation: rootfs_propagation(input.mounts).into(),
     })
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Where the container's cgroup v1 directories are bound: a tmpfs like the host's.
+fn cgroup_tmpfs() -> Mount {
+    mount(
+        CGROUP_ROOT,
+        "tmpfs",
+        Path::new("tmpfs"),
+        strings(&["nosuid", "noexec", "nodev", "mode=755"]),
+    )
+}
+
+/// The container's own cgroup of one v1 hierarchy, at its usual place.
+fn cgroup_bind(name: &str, dir: &Path, privileged: bool) -> Mount {
+    let mut options = strings(&["rbind", "nosuid", "noexec", "nodev"]);
+    if !privileged {
+        options.push("ro".into());
+    }
+    mount(&format!("{CGROUP_ROOT}/{name}"), "bind", dir, options)
 }
 
 fn kernel_mount(k: &KernelMount, privileged: bool) -> Mount {
@@ -410,6 +445,30 @@ mod tests {
             by_dest("/dev/shm").3,
             "rbind,rprivate,nosuid,nodev,noexec,rw"
         );
+    }
+
+    #[test]
+    fn cgroup_v1_directories_are_bound_read_only_over_a_tmpfs() {
+        let mut fx = Fixture::new();
+        fx.host.cgroup_v1_binds = vec![
+            ("memory".into(), "/sys/fs/cgroup/memory/pod/c".into()),
+            ("cpu".into(), "/sys/fs/cgroup/cpu,cpuacct/pod/c".into()),
+        ];
+        let mounts = mounts(&fx.input(), false).unwrap().mounts;
+        let root = mounts
+            .iter()
+            .find(|m| m.destination() == Path::new("/sys/fs/cgroup"))
+            .unwrap();
+        assert_eq!(root.typ().as_deref(), Some("tmpfs"));
+        let cpu = mounts
+            .iter()
+            .find(|m| m.destination() == Path::new("/sys/fs/cgroup/cpu"))
+            .unwrap();
+        assert_eq!(
+            cpu.source().as_deref(),
+            Some(Path::new("/sys/fs/cgroup/cpu,cpuacct/pod/c"))
+        );
+        assert!(cpu.options().as_ref().unwrap().contains(&"ro".to_owned()));
     }
 
     #[test]
