@@ -25,6 +25,9 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
                 .unwrap_or(0),
         ),
         max_nofile: max_nofile(),
+        available_caps: available_caps(
+            &std::fs::read_to_string("/proc/self/status").unwrap_or_default(),
+        ),
         cgroup_v1_binds: Vec::new(),
         mount_propagation: Default::default(),
         swap_limit: swap_limit(cgroup_v2),
@@ -49,6 +52,69 @@ fn swap_limit(cgroup_v2: bool) -> bool {
                 .join("memory.swap.max")
                 .exists()
         })
+}
+
+/// Capability names by number, as the kernel numbers them.
+const CAPABILITIES: [&str; 41] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The capabilities this process can give its children: its bounding set.
+fn available_caps(
+    status: &str,
+) -> Option<std::collections::HashSet<oci_spec::runtime::Capability>> {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    Some(
+        CAPABILITIES
+            .iter()
+            .enumerate()
+            .filter(|(bit, _)| mask & (1 << bit) != 0)
+            .filter_map(|(_, name)| crate::oci::parse_capability(name).ok())
+            .collect(),
+    )
 }
 
 /// The highest open-files limit this process may give a child: its own hard limit, unless it
@@ -148,6 +214,16 @@ fn unescape(field: &str) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn available_capabilities_are_the_bounding_set() {
+        use oci_spec::runtime::Capability;
+        let caps = available_caps("CapBnd:\t000001fffeffffff\n").unwrap();
+        assert!(caps.contains(&Capability::SysAdmin));
+        assert!(!caps.contains(&Capability::SysResource));
+        assert_eq!(caps.len(), 40);
+        assert!(available_caps("").is_none());
+    }
 
     #[test]
     fn oom_floor_follows_cap_sys_resource() {

@@ -1,6 +1,7 @@
 //! StopContainer: the stop signal, then SIGKILL (to everything in the container's cgroup)
-//! once the timeout passes; a timeout of 0 kills at once. Idempotent: stopping an exited
-//! container succeeds. Returns once the monitor recorded the exit.
+//! once the timeout passes; a timeout of 0 kills at once. Idempotent: stopping an exited or
+//! unknown container succeeds (kubelet retries stops). Returns once the monitor recorded the
+//! exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,10 @@ impl Containers {
     pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), ContainerError> {
         let (me, id) = (self.clone(), id.to_owned());
         detached(async move {
-            let held = me.hold_existing(&id).await?;
-            me.stop_held(&held, timeout).await
+            match me.hold(&id).await? {
+                Some(held) => me.stop_held(&held, timeout).await,
+                None => Ok(()),
+            }
         })
         .await
     }

@@ -41,6 +41,7 @@ use crate::image::RuntimeConfig;
 pub use process::exec_process;
 pub use resources::container_resources;
 pub use seccomp::{SeccompProfile, parse_seccomp_profile};
+pub use security::parse_capability;
 pub use signal::{parse_signal, stop_signal};
 pub use user::{AccountFiles, resolve_user};
 
@@ -114,6 +115,9 @@ pub struct HostFeatures {
     /// The lowest oom_score_adj crust itself may give a process (crust without
     /// CAP_SYS_RESOURCE cannot go below its own value).
     pub min_oom_score_adj: i64,
+    /// The capabilities crust itself holds (its bounding set): a privileged container, or one
+    /// asking for ALL, gets these (no process can hand out more). `None`: every capability.
+    pub available_caps: Option<std::collections::HashSet<oci_spec::runtime::Capability>>,
     /// The highest RLIMIT_NOFILE crust may give a process (without CAP_SYS_RESOURCE, its own
     /// hard limit); 0: unknown, no clamp.
     pub max_nofile: u64,

@@ -128,7 +128,10 @@ pub(crate) fn security(
     seccomp_localhost: Option<&SeccompProfile>,
     host: &HostFeatures,
 ) -> Result<Security, SpecError> {
-    let (caps, ambient) = capability_sets(&sc.capabilities, sc.privileged)?;
+    let (mut caps, ambient) = capability_sets(&sc.capabilities, sc.privileged)?;
+    if let Some(available) = &host.available_caps {
+        limit_to(&mut caps, available, &sc.capabilities)?;
+    }
     let seccomp = if sc.privileged {
         None
     } else {
@@ -167,8 +170,31 @@ pub(crate) fn security(
     })
 }
 
+/// Keeps only what crust can hand out: "everything" (privileged, ALL) means everything crust
+/// holds, while a capability asked for by name that crust lacks is an error naming it.
+fn limit_to(
+    caps: &mut HashSet<Capability>,
+    available: &HashSet<Capability>,
+    request: &Capabilities,
+) -> Result<(), SpecError> {
+    for name in request.add.iter().chain(&request.add_ambient) {
+        if name.trim().eq_ignore_ascii_case("ALL") {
+            continue;
+        }
+        let cap = parse_capability(name)?;
+        if !available.contains(&cap) {
+            return Err(SpecError::HostLacks(format!(
+                "capabilities.add: {name}: crust itself does not hold this capability, so it \
+                 cannot give it to a container"
+            )));
+        }
+    }
+    caps.retain(|c| available.contains(c));
+    Ok(())
+}
+
 /// A capability by name, with or without `CAP_`, in any case.
-pub(crate) fn parse_capability(name: &str) -> Result<Capability, SpecError> {
+pub fn parse_capability(name: &str) -> Result<Capability, SpecError> {
     let upper = name.trim().to_ascii_uppercase();
     let full = if upper.starts_with("CAP_") {
         upper
@@ -491,6 +517,39 @@ mod tests {
         );
         assert_eq!(caps.effective(), caps.bounding());
         assert_eq!(caps.effective(), caps.permitted());
+    }
+
+    #[test]
+    fn only_capabilities_crust_holds_are_handed_out() {
+        let available: HashSet<Capability> = DEFAULT_CAPABILITIES
+            .iter()
+            .copied()
+            .chain([Capability::SysAdmin])
+            .collect();
+        let host = HostFeatures {
+            available_caps: Some(available.clone()),
+            ..Default::default()
+        };
+        let privileged = SecurityContext {
+            privileged: true,
+            ..Default::default()
+        };
+        let caps = security(&privileged, None, &host).unwrap().capabilities;
+        let bounding = caps.bounding().clone().unwrap();
+        assert_eq!(bounding, available);
+        let ask = |name: &str| SecurityContext {
+            capabilities: Capabilities {
+                add: vec![name.into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(security(&ask("SYS_ADMIN"), None, &host).is_ok());
+        let e = security(&ask("SYS_RESOURCE"), None, &host).unwrap_err();
+        assert!(
+            e.is_host_limit() && e.to_string().contains("SYS_RESOURCE"),
+            "{e}"
+        );
     }
 
     #[test]
