@@ -16,6 +16,7 @@
 
 pub mod client;
 mod exec;
+mod exec_seccomp;
 mod logs;
 mod process;
 mod server;

@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
+use super::exec_seccomp::SeccompExecutor;
 use super::{CreateRequest, Fault};
 use crate::sys::{self, ForkResult};
 
@@ -183,7 +184,18 @@ fn exec(
     let file = runtime_root
         .join(id)
         .join(format!("exec-{}.json", std::process::id()));
-    if let Err(e) = std::fs::write(&file, serde_json::to_vec(process).unwrap_or_default()) {
+    let mut process = process.clone();
+    let executor = match container_seccomp(runtime_root, id) {
+        Ok(Some(seccomp)) => Some(SeccompExecutor::new(seccomp, &mut process)),
+        Ok(None) => None,
+        Err(error) => {
+            return Outcome::Failed {
+                fault: Fault::Failed,
+                error,
+            };
+        }
+    };
+    if let Err(e) = std::fs::write(&file, serde_json::to_vec(&process).unwrap_or_default()) {
         return Outcome::Failed {
             fault: Fault::Failed,
             error: format!("writing {}: {e}", file.display()),
@@ -192,10 +204,15 @@ fn exec(
     let built = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(runtime_root)
         .map(|b| {
-            b.with_stdin(stdio.stdin)
+            let b = b
+                .with_stdin(stdio.stdin)
                 .with_stdout(stdio.stdout)
-                .with_stderr(stdio.stderr)
-                .as_tenant()
+                .with_stderr(stdio.stderr);
+            let b = match executor {
+                Some(e) => b.with_executor(e),
+                None => b,
+            };
+            b.as_tenant()
                 .with_process(Some(&file))
                 .with_detach(true)
                 .build()
@@ -236,6 +253,19 @@ pub fn logged_errors(log: &Path) -> String {
     }
     seen.truncate(3);
     seen.join("; ")
+}
+
+/// The seccomp filter of the container's own process, from its bundle.
+fn container_seccomp(
+    runtime_root: &Path,
+    id: &str,
+) -> Result<Option<oci_spec::runtime::LinuxSeccomp>, String> {
+    let container = libcontainer::container::Container::load(runtime_root.join(id))
+        .map_err(|e| format!("loading container {id}: {}", render(&e)))?;
+    let path = container.bundle().join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(spec.linux().as_ref().and_then(|l| l.seccomp().clone()))
 }
 
 fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {
