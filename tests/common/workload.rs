@@ -10,14 +10,14 @@ use serde_json::json;
 
 use super::oci_build::{Comp, Node, busybox_layer, dir, file, image, tar};
 use super::registry::{Auth, Registry};
-use super::{Client, Daemon, pod_config, run_pod};
+use super::{Client, Daemon, pod_config, run_pod, with_namespaces};
 
 /// busybox applets the tests call by name (busybox-static runs them in-process from `sh`,
 /// but an exec or a command names a file).
-const APPLETS: [&str; 25] = [
+const APPLETS: [&str; 29] = [
     "cat", "chmod", "dd", "echo", "env", "grep", "head", "hostname", "id", "kill", "ln", "ls",
     "mkdir", "mount", "ps", "pwd", "readlink", "rm", "sleep", "stat", "tail", "test", "touch",
-    "true", "yes",
+    "tr", "true", "umount", "unshare", "wc", "yes",
 ];
 
 /// The test image: busybox, an /etc/group with memberships, a user with a home, /tmp 1777.
@@ -109,9 +109,16 @@ impl Env {
         Env { d, reg, image, c }
     }
 
-    /// A pod with a log directory of its own; returns its id and its config.
+    /// A pod as kubelet makes one (each container has a PID namespace of its own), with a log
+    /// directory of its own; returns its id and its config.
     pub async fn pod(&mut self, name: &str) -> (String, pb::PodSandboxConfig) {
         let mut config = pod_config(name);
+        with_namespaces(
+            &mut config,
+            pb::NamespaceMode::Pod,
+            pb::NamespaceMode::Container,
+            pb::NamespaceMode::Pod,
+        );
         config.log_directory = self.d.dir.join("logs").join(name).display().to_string();
         let id = run_pod(&mut self.c, config.clone()).await;
         (id, config)
@@ -130,7 +137,16 @@ impl Env {
             }),
             command: cmd.iter().map(|s| s.to_string()).collect(),
             log_path: format!("{name}.log"),
-            linux: Some(pb::LinuxContainerConfig::default()),
+            linux: Some(pb::LinuxContainerConfig {
+                security_context: Some(pb::LinuxContainerSecurityContext {
+                    namespace_options: Some(pb::NamespaceOption {
+                        pid: pb::NamespaceMode::Container as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
