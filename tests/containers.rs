@@ -18,7 +18,12 @@ async fn a_container_runs_logs_execs_stops_and_leaves_nothing_behind() {
     let pod = e.pod("web").await;
     let mut config = e.config(
         "main",
-        &["sh", "-c", "echo hello; echo oops >&2; exec sleep 600"],
+        &[
+            "sh",
+            "-c",
+            "trap 'echo bye; exit 0' TERM; echo hello; echo oops >&2; \
+             while true; do sleep 0.1; done",
+        ],
     );
     config.labels.insert("tier".into(), "web".into());
     config.annotations.insert("note".into(), "kept".into());
@@ -98,8 +103,12 @@ async fn a_container_runs_logs_execs_stops_and_leaves_nothing_behind() {
     e.stop(&id, 5).await;
     let s = e.status(&id).await;
     assert_eq!(s.state, pb::ContainerState::ContainerExited as i32);
-    // sleep dies of the SIGTERM it does not handle.
-    assert_eq!((s.exit_code, s.reason.as_str()), (143, "Error"));
+    // The stop signal reached the shell, which ended on its own.
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
+    assert!(
+        e.log_records(&pod, "main")
+            .contains(&"stdout F bye".to_owned())
+    );
     assert!(s.finished_at >= s.started_at);
     assert!(!alive(pid));
     e.stop(&id, 5).await; // idempotent

@@ -221,8 +221,13 @@ fn plan(
     containers: &Containers,
     pod: &SandboxRecord,
     id: String,
-    spec: ContainerSpec,
+    mut spec: ContainerSpec,
 ) -> ContainerRecord {
+    // POD is CRI's zero value: a container of a pod without a shared PID namespace gets one
+    // of its own, as with containerd.
+    if spec.security.pid_mode == NamespaceMode::Pod && pod.pins.pid.is_none() {
+        spec.security.pid_mode = NamespaceMode::Container;
+    }
     let log_path = (!spec.log_path.is_empty() && !pod.spec.log_directory.is_empty())
         .then(|| PathBuf::from(&pod.spec.log_directory).join(&spec.log_path));
     let own_pid_namespace = matches!(spec.security.pid_mode, NamespaceMode::Container);
