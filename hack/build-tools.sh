@@ -75,16 +75,21 @@ build_into() { # name outdir version
       ;;
     kubelet)
       # kubelet reports the version it was built as, as its own release process stamps it.
-      local ld="-X k8s.io/component-base/version.gitVersion=$v"
-      ld="$ld -X k8s.io/component-base/version/base.gitVersion=$v"
+      local mm=${v#v} pkg=k8s.io/component-base/version
+      local ld="-X $pkg.gitVersion=$v -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$(echo "$mm" | cut -d. -f2)"
+      ld="$ld -X $pkg.gitTreeState=clean"
       go build -trimpath -ldflags "$ld" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
       ;;
     containerd)
-      local ld="-X github.com/containerd/containerd/v2/version.Version=$v"
-      local c
-      for c in containerd ctr containerd-shim-runc-v2; do
-        go build -trimpath -ldflags "$ld" -o "$out/$c" "github.com/containerd/containerd/v2/cmd/$c"
-      done
+      # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
+      # and a static shim without cgo or the gRPC server.
+      local mod=github.com/containerd/containerd/v2
+      local ld="-X $mod/version.Version=$v"
+      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
+        -o "$out/containerd" "$mod/cmd/containerd"
+      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" -o "$out/ctr" "$mod/cmd/ctr"
+      CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags "$ld" \
+        -o "$out/containerd-shim-runc-v2" "$mod/cmd/containerd-shim-runc-v2"
       ;;
   esac
 }
