@@ -64,13 +64,14 @@ is_built() { # name dir
   for b in $(binaries "$1"); do [ -x "$2/$b" ] || return 1; done
 }
 
-# Builds one tool's binaries into $2 (run inside the tool's module directory).
+# Builds one tool's binaries into $2 (run inside the tool's module directory; it runs where
+# errexit is off, so each step returns its failure).
 build_into() { # name outdir version
   local out=$2 v=$3
   case $1 in
     cri-tools)
       local ld="-X sigs.k8s.io/cri-tools/pkg/version.Version=${v#v}"
-      go build -trimpath -ldflags "$ld" -o "$out/crictl" sigs.k8s.io/cri-tools/cmd/crictl
+      go build -trimpath -ldflags "$ld" -o "$out/crictl" sigs.k8s.io/cri-tools/cmd/crictl || return
       go test -c -trimpath -ldflags "$ld" -o "$out/critest" sigs.k8s.io/cri-tools/cmd/critest
       ;;
     kubelet)
@@ -86,8 +87,9 @@ build_into() { # name outdir version
       local mod=github.com/containerd/containerd/v2
       local ld="-X $mod/version.Version=$v"
       go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
-        -o "$out/containerd" "$mod/cmd/containerd"
-      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" -o "$out/ctr" "$mod/cmd/ctr"
+        -o "$out/containerd" "$mod/cmd/containerd" || return
+      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
+        -o "$out/ctr" "$mod/cmd/ctr" || return
       CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags "$ld" \
         -o "$out/containerd-shim-runc-v2" "$mod/cmd/containerd-shim-runc-v2"
       ;;
@@ -95,7 +97,7 @@ build_into() { # name outdir version
 }
 
 build() { # name
-  local name=$1 dir v mdir tmp start
+  local name=$1 dir v mdir tmp start b
   dir=$(dir_of "$name")
   v=$(version_of "$name")
   mdir=$(module_dir "$name")
@@ -114,11 +116,15 @@ build() { # name
   fi
   echo "build-tools: building $name $v from $mdir ($(go version | awk '{print $3}')) into $dir" >&2
   start=$(date +%s)
+  rm -rf "$cache/.build-$name".*   # left by an interrupted build (we hold the lock)
   tmp=$(mktemp -d "$cache/.build-$name.XXXXXX")
   if ! (cd "$mdir" && build_into "$name" "$tmp" "$v"); then
     rm -rf "$tmp"
     die "building $name $v failed (see the go output above)"
   fi
+  for b in $(binaries "$name"); do
+    [ -x "$tmp/$b" ] || { rm -rf "$tmp"; die "building $name $v produced no $b"; }
+  done
   stamp_of "$name" > "$tmp/.stamp"
   chmod 755 "$tmp"
   rm -rf "$dir"
