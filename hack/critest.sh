@@ -68,7 +68,13 @@ bash "$registry" start || fail "the offline registry did not start ($registry)"
 # --- a crust of our own
 work=$(mktemp -d /tmp/crust-critest.XXXXXX)
 sock=$work/crust.sock
-bridge=crustcri0
+# A bridge and subnet of this run's own, so runs from two work trees at once do not collide.
+for _ in 1 2 3 4 5 6 7 8; do
+  n=$(( $(od -An -N2 -tu2 /dev/urandom) % 250 ))
+  bridge=crustcri$n
+  ip link show "$bridge" >/dev/null 2>&1 || break
+done
+subnet=10.89.$n.0/24
 # This daemon's pods go in a cgroup parent of their own, so what a failed spec leaves is easy
 # to find and remove.
 cgroup_parent=/crust-critest-$(basename "$work" | tr -dc 'A-Za-z0-9')
@@ -102,7 +108,7 @@ mkdir -p "$work/net.d"
 cat > "$work/net.d/10-critest.conflist" <<JSON
 {"cniVersion":"1.0.0","name":"crust-critest","plugins":[
  {"type":"bridge","bridge":"$bridge","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","dataDir":"$work/ipam","ranges":[[{"subnet":"10.89.0.0/16"}]],
+  "ipam":{"type":"host-local","dataDir":"$work/ipam","ranges":[[{"subnet":"$subnet"}]],
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
