@@ -24,7 +24,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   # crust mounts a tmpfs on its state dir and its ns dir on itself; containerd may leave
   # snapshot mounts.
-  grep -o " $W[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  grep -o " ${W}[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT

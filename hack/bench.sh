@@ -23,7 +23,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   # The shims outlive their daemon; theirs name our socket.
   pkill -f "containerd-shim-runc-v2 .*-address $W/" 2>/dev/null || true
-  grep -o " $W[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  grep -o " ${W}[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
   rm -rf "$W"
 }

@@ -76,8 +76,9 @@ build_into() { # name outdir version
       ;;
     kubelet)
       # kubelet reports the version it was built as, as its own release process stamps it.
-      local mm=${v#v} pkg=k8s.io/component-base/version
-      local ld="-X $pkg.gitVersion=$v -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$(echo "$mm" | cut -d. -f2)"
+      local mm=${v#v} pkg=k8s.io/component-base/version minor ld
+      minor=$(echo "$mm" | cut -d. -f2)
+      ld="-X $pkg.gitVersion=$v -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$minor"
       ld="$ld -X $pkg.gitTreeState=clean"
       go build -trimpath -ldflags "$ld" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
       ;;

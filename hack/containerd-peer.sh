@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # the CTRD_* variables are for the scripts sourcing this
 # Sourced by hack/bench.sh and hack/bench-images.sh: the containerd crust is measured against.
 #
 # ctrd_pick sets CTRD_DIR (containerd, ctr and containerd-shim-runc-v2 in one directory),

@@ -88,7 +88,7 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   fi
   for m in $(pgrep -f "crust monitor --sandbox" || true); do
-    if ls -l "/proc/$m/fd" 2>/dev/null | grep -q "$work" ||
+    if find "/proc/$m/fd" -lname "$work/*" 2>/dev/null | grep -q . ||
       grep -qs "$cgroup_parent/" "/proc/$m/cgroup"; then
       kill -9 "$m" 2>/dev/null || true
     fi
