@@ -66,6 +66,12 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
 }
 
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
+    if m.recursive_read_only && !m.readonly {
+        return Err(invalid(format!(
+            "mount {}: recursive_read_only needs readonly too",
+            m.container_path
+        )));
+    }
     let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
     if image.is_some() && !m.readonly {
         return Err(invalid(format!(
@@ -93,7 +99,7 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
     Ok(MountSpec {
         container_path: m.container_path,
         host_path: m.host_path,
-        readonly: m.readonly || m.recursive_read_only,
+        readonly: m.readonly,
         recursive_readonly: m.recursive_read_only,
         selinux_relabel: m.selinux_relabel,
         propagation,
