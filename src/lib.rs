@@ -6,6 +6,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod daemon;
+pub mod events;
 pub mod image;
 pub mod monitor;
 pub mod network;

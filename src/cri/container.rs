@@ -419,6 +419,27 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
     }
 }
 
+pub fn event(e: &crate::container::ContainerEvent) -> pb::ContainerEventResponse {
+    use crate::container::EventKind;
+    let kind = match e.kind {
+        EventKind::Created => pb::ContainerEventType::ContainerCreatedEvent,
+        EventKind::Started => pb::ContainerEventType::ContainerStartedEvent,
+        EventKind::Stopped => pb::ContainerEventType::ContainerStoppedEvent,
+        EventKind::Deleted => pb::ContainerEventType::ContainerDeletedEvent,
+    };
+    let pod = crate::sandbox::SandboxView {
+        ready: e.pod.phase.is_ready(),
+        record: e.pod.clone(),
+    };
+    pb::ContainerEventResponse {
+        container_id: e.id.clone(),
+        container_event_type: kind as i32,
+        created_at: e.created_at,
+        pod_sandbox_status: Some(super::convert::sandbox_status(&pod)),
+        containers_statuses: e.containers.iter().map(|r| container_status(r)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

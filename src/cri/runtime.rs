@@ -96,7 +96,7 @@ impl RuntimeService for RuntimeServer {
             namespace = %spec.metadata.namespace, pod_id = tracing::field::Empty);
         async {
             // `run` records the new id in this span (pod_id) as soon as it has one.
-            let id = self.sandboxes.run(spec).await.inspect_err(log_err)?;
+            let id = self.containers.run_pod(spec).await.inspect_err(log_err)?;
             tracing::info!("pod sandbox ready");
             Ok(Response::new(pb::RunPodSandboxResponse {
                 pod_sandbox_id: id,
@@ -146,10 +146,17 @@ impl RuntimeService for RuntimeServer {
         if req.verbose {
             info.insert("info".to_owned(), view.info().to_string());
         }
+        let containers = self.containers.list(&crate::container::ContainerFilter {
+            pod_id: Some(view.record.id.clone()),
+            ..Default::default()
+        });
         Ok(Response::new(pb::PodSandboxStatusResponse {
             status: Some(convert::sandbox_status(&view)),
             info,
-            containers_statuses: vec![],
+            containers_statuses: containers
+                .iter()
+                .map(|r| super::container::container_status(r))
+                .collect(),
             timestamp: now_nanos(),
         }))
     }
@@ -501,7 +508,11 @@ impl RuntimeService for RuntimeServer {
         &self,
         _: Request<pb::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(unimplemented("GetContainerEvents"))
+        use tokio_stream::StreamExt;
+        let events = tokio_stream::wrappers::ReceiverStream::new(self.containers.subscribe());
+        Ok(Response::new(Box::pin(
+            events.map(|e| Ok(super::container::event(&e))),
+        )))
     }
 
     async fn stream_pod_sandbox_metrics(

@@ -214,7 +214,13 @@ pub struct ContainerState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
-    Exited { id: String, exit: ExitInfo },
+    Exited {
+        id: String,
+        exit: ExitInfo,
+        /// The container had been started (else it was killed while created).
+        #[serde(default)]
+        started: bool,
+    },
 }
 
 /// How a container's process ended, as its monitor recorded it (durably, in the container's

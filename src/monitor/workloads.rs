@@ -316,7 +316,7 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         WaitStatus::Signaled(_, sig, _) => (128 + sig as i32, Some(sig as i32)),
         _ => return,
     };
-    let exit = {
+    let (exit, started) = {
         let mut workloads = monitor.workloads.borrow_mut();
         let Some(w) = workloads.get_mut(id) else {
             return;
@@ -344,11 +344,12 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             super::process::log(&format!("recording the exit of {id}: {e}"));
         }
         w.exit = Some(exit.clone());
-        exit
+        (exit, w.started_at.is_some())
     };
     monitor.publish(&Event::Exited {
         id: id.to_owned(),
         exit,
+        started,
     });
 }
 
