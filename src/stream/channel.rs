@@ -35,9 +35,15 @@ pub enum ChannelProtocol {
 const SUPPORTED: &[(&str, ChannelProtocol)] = &[
     ("v5.channel.k8s.io", ChannelProtocol::V5),
     ("v4.channel.k8s.io", ChannelProtocol::V4 { base64: false }),
-    ("v4.base64.channel.k8s.io", ChannelProtocol::V4 { base64: true }),
+    (
+        "v4.base64.channel.k8s.io",
+        ChannelProtocol::V4 { base64: true },
+    ),
     ("channel.k8s.io", ChannelProtocol::V1 { base64: false }),
-    ("base64.channel.k8s.io", ChannelProtocol::V1 { base64: true }),
+    (
+        "base64.channel.k8s.io",
+        ChannelProtocol::V1 { base64: true },
+    ),
 ];
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -53,9 +59,14 @@ pub enum ChannelError {
 /// One decoded client message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelFrame {
-    Data { channel: u8, data: Vec<u8> },
+    Data {
+        channel: u8,
+        data: Vec<u8>,
+    },
     /// v5: the client will send nothing more on `channel`.
-    Close { channel: u8 },
+    Close {
+        channel: u8,
+    },
 }
 
 /// One message to send: binary, or text for the base64 protocols.
@@ -127,12 +138,10 @@ impl ChannelProtocol {
             return Err(ChannelError::BadChannel(first));
         }
         let channel = first - b'0';
-        let data = STANDARD
-            .decode(rest)
-            .map_err(|e| ChannelError::BadBase64 {
-                channel,
-                error: e.to_string(),
-            })?;
+        let data = STANDARD.decode(rest).map_err(|e| ChannelError::BadBase64 {
+            channel,
+            error: e.to_string(),
+        })?;
         Ok(Some(ChannelFrame::Data { channel, data }))
     }
 
@@ -177,7 +186,10 @@ mod tests {
     #[test]
     fn binary_protocols_put_the_channel_in_front() {
         let p = ChannelProtocol::V4 { base64: false };
-        assert_eq!(p.encode(STDOUT, b"hi"), Outgoing::Binary(vec![1, b'h', b'i']));
+        assert_eq!(
+            p.encode(STDOUT, b"hi"),
+            Outgoing::Binary(vec![1, b'h', b'i'])
+        );
         assert_eq!(
             p.decode(&[0, b'x']).unwrap(),
             Some(ChannelFrame::Data {
@@ -222,10 +234,7 @@ mod tests {
             Some(ChannelFrame::Close { channel: 0 })
         );
         assert_eq!(p.decode(&[255]), Err(ChannelError::BadCloseSignal(0)));
-        assert_eq!(
-            p.decode(&[255, 0, 1]),
-            Err(ChannelError::BadCloseSignal(2))
-        );
+        assert_eq!(p.decode(&[255, 0, 1]), Err(ChannelError::BadCloseSignal(2)));
         assert!(p.status_json() && !p.base64());
     }
 }

@@ -81,8 +81,17 @@ impl Streams {
     }
 
     pub fn exec(&self, req: ExecRequest) -> Result<String, StreamError> {
-        let backend = self.backend.as_ref().ok_or(StreamError::NoBackend("Exec"))?;
-        check_stdio(&req.container_id, req.tty, req.stdin, req.stdout, req.stderr)?;
+        let backend = self
+            .backend
+            .as_ref()
+            .ok_or(StreamError::NoBackend("Exec"))?;
+        check_stdio(
+            &req.container_id,
+            req.tty,
+            req.stdin,
+            req.stdout,
+            req.stderr,
+        )?;
         if req.cmd.is_empty() {
             return Err(StreamError::Invalid("cmd is required".into()));
         }
@@ -95,7 +104,13 @@ impl Streams {
             .backend
             .as_ref()
             .ok_or(StreamError::NoBackend("Attach"))?;
-        check_stdio(&req.container_id, req.tty, req.stdin, req.stdout, req.stderr)?;
+        check_stdio(
+            &req.container_id,
+            req.tty,
+            req.stdin,
+            req.stdout,
+            req.stderr,
+        )?;
         backend.validate_attach(&req)?;
         self.url(Pending::Attach(req))
     }

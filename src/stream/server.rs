@@ -51,6 +51,19 @@ pub struct ServerSettings {
     pub max_sessions: usize,
 }
 
+impl ServerSettings {
+    pub fn from_config(c: &crate::config::StreamConfig) -> ServerSettings {
+        ServerSettings {
+            // Validated at start (config::StreamConfig::validate).
+            address: c.address.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            port: c.port,
+            tls: c.tls_cert.clone().zip(c.tls_key.clone()),
+            idle_timeout: Duration::from_secs(c.idle_timeout_secs),
+            max_sessions: c.max_sessions,
+        }
+    }
+}
+
 struct Shared {
     sessions: Arc<Sessions>,
     backend: Option<Arc<dyn StreamBackend>>,
@@ -92,7 +105,11 @@ impl StreamServer {
                 IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
             });
         }
-        let tls = settings.tls.as_ref().map(|(c, k)| acceptor(c, k)).transpose()?;
+        let tls = settings
+            .tls
+            .as_ref()
+            .map(|(c, k)| acceptor(c, k))
+            .transpose()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let sessions = Arc::new(Sessions::new(TOKEN_TTL, MAX_WAITING));
         let streams = Streams {
@@ -214,7 +231,10 @@ fn handle(req: Request<Body>, shared: &Arc<Shared>) -> Answer {
         return plain(StatusCode::TOO_MANY_REQUESTS, "too many open streams");
     };
     let Some(pending) = shared.sessions.take(route, token) else {
-        return plain(StatusCode::NOT_FOUND, "unknown, used or expired stream token");
+        return plain(
+            StatusCode::NOT_FOUND,
+            "unknown, used or expired stream token",
+        );
     };
     let headers = req.headers();
     if has_token(headers, header::UPGRADE, "websocket") {
@@ -294,7 +314,9 @@ fn spdy_upgrade(
     else {
         let mut r = plain(
             StatusCode::FORBIDDEN,
-            format!("unable to negotiate a protocol: client offers {offered:?}, server accepts {supported:?}"),
+            format!(
+                "unable to negotiate a protocol: client offers {offered:?}, server accepts {supported:?}"
+            ),
         );
         for s in supported {
             r.headers_mut()
@@ -309,7 +331,8 @@ fn spdy_upgrade(
         let Ok(upgraded) = upgrade.await else {
             return;
         };
-        let (conn, incoming, _reader) = spdy::conn::start(TokioIo::new(upgraded), Role::Server, settings);
+        let (conn, incoming, _reader) =
+            spdy::conn::start(TokioIo::new(upgraded), Role::Server, settings);
         match (pending, backend) {
             (Pending::PortForward(r), _) => {
                 portforward::serve(incoming, r.network, r.pod_sandbox_id).await;
@@ -336,11 +359,21 @@ fn websocket(
     shared: &Arc<Shared>,
 ) -> Answer {
     let headers = req.headers();
-    let Some(key) = headers.get("sec-websocket-key").map(|k| k.as_bytes().to_vec()) else {
+    let Some(key) = headers
+        .get("sec-websocket-key")
+        .map(|k| k.as_bytes().to_vec())
+    else {
         return plain(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key is required");
     };
-    if headers.get("sec-websocket-version").and_then(|v| v.to_str().ok()) != Some("13") {
-        let mut r = plain(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 is required");
+    if headers
+        .get("sec-websocket-version")
+        .and_then(|v| v.to_str().ok())
+        != Some("13")
+    {
+        let mut r = plain(
+            StatusCode::UPGRADE_REQUIRED,
+            "WebSocket version 13 is required",
+        );
         r.headers_mut()
             .insert("sec-websocket-version", HeaderValue::from_static("13"));
         return r;
@@ -353,7 +386,9 @@ fn websocket(
         Pending::PortForward(_) => {
             return plain(
                 StatusCode::BAD_REQUEST,
-                format!("port forwarding over WebSocket needs the {SPDY_TUNNEL_PORTFORWARD} subprotocol"),
+                format!(
+                    "port forwarding over WebSocket needs the {SPDY_TUNNEL_PORTFORWARD} subprotocol"
+                ),
             );
         }
         _ => match ChannelProtocol::negotiate(offered.iter().copied()) {
@@ -415,7 +450,14 @@ mod tests {
     fn routes_need_a_known_verb_and_one_token() {
         assert_eq!(route("/exec/abc"), Some(("exec", "abc")));
         assert_eq!(route("/portforward/x"), Some(("portforward", "x")));
-        for bad in ["/", "/exec", "/exec/", "/exec/a/b", "/shell/abc", "exec/abc"] {
+        for bad in [
+            "/",
+            "/exec",
+            "/exec/",
+            "/exec/a/b",
+            "/shell/abc",
+            "exec/abc",
+        ] {
             assert_eq!(route(bad), None, "{bad}");
         }
     }

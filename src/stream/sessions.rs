@@ -119,7 +119,10 @@ mod tests {
         let s = Sessions::new(TOKEN_TTL, 10);
         let t = s.insert(exec()).unwrap();
         assert_eq!(t.len(), 24);
-        assert!(t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
         assert!(s.take("exec", &t).is_some());
         assert!(s.take("exec", &t).is_none());
         let t = s.insert(exec()).unwrap();

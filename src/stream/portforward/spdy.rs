@@ -50,7 +50,10 @@ pub async fn serve(mut incoming: Incoming, network: PodNetwork, pod: String) {
 /// request's streams are there.
 async fn accept(stream: Stream, pending: &mut HashMap<String, Pair>) -> Option<Pair> {
     let h = stream.headers();
-    let port = h.get("port").and_then(|p| p.parse::<u16>().ok()).filter(|p| *p > 0);
+    let port = h
+        .get("port")
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|p| *p > 0);
     let kind = h.get("streamtype").map(str::to_owned);
     let (Some(port), Some(kind @ ("data" | "error"))) = (port, kind.as_deref()) else {
         tracing::debug!(headers = ?h, "port-forward stream without a valid port and streamType");
@@ -96,10 +99,7 @@ async fn expire(pending: &mut HashMap<String, Pair>) {
         .map(|(k, _)| k.clone())
         .collect();
     for request in late {
-        if let Some(Pair {
-            error: Some(e), ..
-        }) = pending.remove(&request)
-        {
+        if let Some(Pair { error: Some(e), .. }) = pending.remove(&request) {
             let msg = format!("timed out waiting for the streams of request {request}");
             let _ = e.send.send(msg.as_bytes()).await;
             let _ = e.send.close().await;

@@ -89,6 +89,10 @@ mod tests {
         let mut long = b"{\"Width\":".to_vec();
         long.extend(std::iter::repeat_n(b' ', 5000));
         assert_eq!(d.push(&long), Err(ResizeError::TooLong));
-        assert!(ResizeDecoder::default().push(br#"{"Width":-1,"Height":2}"#).is_err());
+        assert!(
+            ResizeDecoder::default()
+                .push(br#"{"Width":-1,"Height":2}"#)
+                .is_err()
+        );
     }
 }

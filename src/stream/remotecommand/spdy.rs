@@ -30,15 +30,14 @@ pub async fn serve(
         .iter()
         .filter(|x| **x)
         .count();
-    let streams =
-        match tokio::time::timeout(CREATION_TIMEOUT, collect(incoming, expected)).await {
-            Ok(Some(s)) => s,
-            Ok(None) => return conn.close().await,
-            Err(_) => {
-                tracing::debug!("client did not open its streams in time");
-                return conn.close().await;
-            }
-        };
+    let streams = match tokio::time::timeout(CREATION_TIMEOUT, collect(incoming, expected)).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return conn.close().await,
+        Err(_) => {
+            tracing::debug!("client did not open its streams in time");
+            return conn.close().await;
+        }
+    };
     let json = protocol == "v4.channel.k8s.io";
     let outcome = run(&conn, streams, cmd, backend, resize, json).await;
     if let Some(outcome) = outcome {
@@ -91,7 +90,10 @@ async fn run(
         tokio::spawn(pump_resize(rx, sizes));
         idle.push(tx);
     }
-    for (kind, pipe) in [("stdout", pipes.stdout.take()), ("stderr", pipes.stderr.take())] {
+    for (kind, pipe) in [
+        ("stdout", pipes.stdout.take()),
+        ("stderr", pipes.stderr.take()),
+    ] {
         if let (Some((rx, tx)), Some(pipe)) = (take(kind), pipe) {
             pumps.push(tokio::spawn(pump_output(pipe, tx, rx)));
         }
