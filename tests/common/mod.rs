@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod tools;
 
 pub use daemon::Daemon;
 
