@@ -7,6 +7,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::idle::Idle;
 
@@ -56,7 +58,11 @@ where
                 }
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
+        let close = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = sink.send(Message::Close(Some(close))).await;
         let _ = sink.close().await;
     };
     // Either side ending ends the tunnel: the other future is dropped with its half.

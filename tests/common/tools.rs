@@ -2,6 +2,7 @@
 //! a small client-go program (`tests/fixtures/stream-client`). Each is taken from `$CRICTL` /
 //! PATH when there, else built once with Go into `target/tools` (from the Go module cache or
 //! proxy). Without Go the tests fail saying so: a skip is never a pass.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

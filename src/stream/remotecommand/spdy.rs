@@ -30,7 +30,9 @@ pub async fn serve(
         .iter()
         .filter(|x| **x)
         .count();
-    let streams = match tokio::time::timeout(CREATION_TIMEOUT, collect(incoming, expected)).await {
+    let mut incoming = incoming;
+    let collected = tokio::time::timeout(CREATION_TIMEOUT, collect(&mut incoming, expected));
+    let streams = match collected.await {
         Ok(Some(s)) => s,
         Ok(None) => return conn.close().await,
         Err(_) => {
@@ -38,21 +40,33 @@ pub async fn serve(
             return conn.close().await;
         }
     };
+    // A client may open more streams than the request asked for (stderr for an attach
+    // without it): they are accepted and left unused, not left waiting for a reply.
+    let extra = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Some(s) = incoming.next().await {
+            if s.reply().await.is_ok() {
+                kept.push(s);
+            }
+        }
+    });
     let json = protocol == "v4.channel.k8s.io";
     let outcome = run(&conn, streams, cmd, backend, resize, json).await;
     if let Some(outcome) = outcome {
         tracing::debug!(?outcome, "command ended");
     }
     conn.close().await;
+    extra.abort();
 }
 
 /// Takes streams until `expected` of known types arrived; None if the connection ended.
-async fn collect(mut incoming: Incoming, expected: usize) -> Option<HashMap<String, Stream>> {
+async fn collect(incoming: &mut Incoming, expected: usize) -> Option<HashMap<String, Stream>> {
     let mut streams = HashMap::new();
     while streams.len() < expected {
         let stream = incoming.next().await?;
         let kind = stream.headers().get("streamtype").unwrap_or_default();
         let kind = kind.to_owned();
+        tracing::debug!(stream = stream.id(), stream_type = %kind, "exec stream opened");
         if !matches!(
             kind.as_str(),
             "error" | "stdin" | "stdout" | "stderr" | "resize"

@@ -10,6 +10,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::{Command, Pipes, ResizeDecoder, TerminalSize, await_drained, drain_output};
 use crate::stream::backend::StreamBackend;
@@ -90,7 +92,13 @@ async fn write_messages<S>(
         }
         idle.touch();
     }
-    let _ = sink.send(Message::Close(None)).await;
+    // A normal closure (1000): clients read the end of the error channel as EOF; a close
+    // without a code (1005) is an error to gorilla/websocket, and the status would be lost.
+    let close = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    let _ = sink.send(Message::Close(Some(close))).await;
     let _ = sink.close().await;
 }
 

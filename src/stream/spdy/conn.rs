@@ -452,6 +452,9 @@ impl Drop for Guard {
             st.tables.replies.remove(&self.id);
             st.proto.reset(self.id, RstStatus::Cancel)
         };
+        if frame.is_some() {
+            tracing::debug!(stream = self.id, "stream dropped while open: resetting it");
+        }
         if let (Some(frame), Ok(rt)) = (frame, tokio::runtime::Handle::try_current()) {
             let shared = self.shared.clone();
             rt.spawn(async move {
