@@ -364,3 +364,81 @@ async fn port_forward_needs_a_ready_pod() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unimplemented, "{err}");
 }
+
+/// A discard server inside the namespace pinned at `pin`: reads each connection to its end,
+/// then answers the byte count (8 bytes, big-endian).
+fn counter_in_netns(pin: PathBuf) -> u16 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&pin).unwrap();
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        tx.send(l.local_addr().unwrap().port()).unwrap();
+        for conn in l.incoming().take(100) {
+            let Ok(mut conn) = conn else { continue };
+            let n = std::io::copy(&mut conn, &mut std::io::sink()).unwrap_or(0);
+            let _ = conn.write_all(&n.to_be_bytes());
+        }
+    });
+    rx.recv().unwrap()
+}
+
+/// Sends `total` bytes to a counter server through `connect()` and returns MiB/s.
+fn push(total: usize, connect: impl FnOnce() -> TcpStream) -> f64 {
+    let chunk = vec![7u8; 256 * 1024];
+    let started = Instant::now();
+    let mut s = connect();
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        s.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut count = [0u8; 8];
+    s.read_exact(&mut count).unwrap();
+    assert_eq!(u64::from_be_bytes(count) as usize, total);
+    total as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Benchmark hook (`hack/bench-stream.sh`): 100 MiB into a pod through crictl's port-forward
+/// over SPDY and over WebSocket, against a plain loopback connection inside the pod.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: run with hack/bench-stream.sh"]
+async fn port_forward_throughput_100mib() {
+    const TOTAL: usize = 100 << 20;
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let id = run_pod(&mut c, pod_config("pf-bench")).await;
+    let (_, info) = status(&mut c, &id).await;
+    let pin = PathBuf::from(info["namespaces"]["net"].as_str().unwrap());
+    let port = counter_in_netns(pin.clone());
+    let direct = tokio::task::spawn_blocking(move || {
+        // The baseline: the same copy over the pod's own loopback.
+        push(TOTAL, move || {
+            std::thread::spawn(move || {
+                let ns = std::fs::File::open(&pin).unwrap();
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                TcpStream::connect(("127.0.0.1", port)).unwrap()
+            })
+            .join()
+            .unwrap()
+        })
+    })
+    .await
+    .unwrap();
+    println!("plain loopback in the pod: {direct:.0} MiB/s");
+    for transport in ["spdy", "websocket"] {
+        let local = free_port();
+        let _fwd = crictl_forward(&d, &id, transport, local, port);
+        let rate = tokio::task::spawn_blocking(move || {
+            push(TOTAL, || TcpStream::connect(("127.0.0.1", local)).unwrap())
+        })
+        .await
+        .unwrap();
+        println!(
+            "crictl port-forward --transport {transport}: {rate:.0} MiB/s ({:.2}x the plain copy's time)",
+            direct / rate
+        );
+    }
+}

@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,6 +27,7 @@ use super::codec::{Decoder, Encoder};
 use super::frame::{Data, Frame, GoAwayStatus, Limits, RstStatus, StreamId};
 use super::headers::HeaderBlock;
 use super::proto::{Conn, Event, Role, SendError};
+use crate::stream::idle::Idle;
 
 /// The largest DATA frame this end writes (Go's `io.Copy` buffer size).
 const MAX_SEND_FRAME: usize = 32 * 1024;
@@ -103,9 +104,8 @@ struct Shared {
     window: Notify,
     closed: AtomicBool,
     closed_notify: Notify,
-    started: Instant,
-    /// Milliseconds since `started` of the last frame either way.
-    last_activity: AtomicU64,
+    /// Touched by every frame either way.
+    idle: Idle,
     settings: Settings,
 }
 
@@ -115,13 +115,7 @@ impl Shared {
     }
 
     fn touch(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last_activity.store(ms, Ordering::Relaxed);
-    }
-
-    fn idle_deadline(&self) -> tokio::time::Instant {
-        let last = Duration::from_millis(self.last_activity.load(Ordering::Relaxed));
-        tokio::time::Instant::from_std(self.started + last + self.settings.idle_timeout)
+        self.idle.touch();
     }
 
     fn check_open(&self) -> io::Result<()> {
@@ -208,8 +202,7 @@ where
         window: Notify::new(),
         closed: AtomicBool::new(false),
         closed_notify: Notify::new(),
-        started: Instant::now(),
-        last_activity: AtomicU64::new(0),
+        idle: Idle::new(settings.idle_timeout),
         settings,
     });
     let (tx, rx) = mpsc::channel(16);
@@ -313,12 +306,10 @@ impl Reader {
                     Ok(_) => self.shared.touch(),
                     Err(e) => break format!("reading: {e}"),
                 },
-                () = tokio::time::sleep_until(self.shared.idle_deadline()) => {
-                    if tokio::time::Instant::now() >= self.shared.idle_deadline() {
-                        let frame = self.shared.state().proto.go_away(GoAwayStatus::Ok);
-                        let _ = self.shared.write(&[frame]).await;
-                        break "idle timeout".to_owned();
-                    }
+                () = self.shared.idle.expired() => {
+                    let frame = self.shared.state().proto.go_away(GoAwayStatus::Ok);
+                    let _ = self.shared.write(&[frame]).await;
+                    break "idle timeout".to_owned();
                 }
                 () = self.shared.closed_notify.notified() => break "closed".to_owned(),
             }
