@@ -512,3 +512,45 @@ async fn idle_streams_are_closed() {
         );
     }
 }
+
+/// With `tls`, the server speaks HTTPS: its URLs say so, and client-go's executors connect
+/// over both transports trusting the server's CA.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_serves_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let out = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=crust-stream"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl makes the test certificate");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let settings = ServerSettings {
+        address: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        tls: Some((cert.clone(), key)),
+        idle_timeout: Duration::from_secs(60),
+        max_sessions: 10,
+    };
+    let (server, streams) = StreamServer::bind(settings, Some(Arc::new(HostBackend::default())))
+        .await
+        .unwrap();
+    tokio::spawn(server.serve());
+    for transport in ["spdy", "websocket"] {
+        let url = streams.exec(exec_req("echo secret; exit 5", false, false)).unwrap();
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        let args = ["-transport", transport, "-ca", cert.to_str().unwrap()];
+        let r = client(&url, &args, b"").await;
+        assert_eq!((r.code, r.stdout.as_str()), (5, "secret\n"), "{transport}: {}", r.stderr);
+        // Without the CA the client refuses the server.
+        let url = streams.exec(exec_req("true", false, false)).unwrap();
+        let r = client(&url, &["-transport", transport], b"").await;
+        assert_eq!(r.code, 125, "{transport}");
+        assert!(r.stderr.contains("certificate"), "{transport}: {}", r.stderr);
+    }
+}

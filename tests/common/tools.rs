@@ -13,9 +13,16 @@ fn tools_dir() -> PathBuf {
     d
 }
 
-/// Builds `package` in the module at `module` into `out`, unless `out` exists.
+/// Builds `package` in the module at `module` into `out`, unless `out` is newer than every
+/// file of the module.
 fn go_build(module: &Path, package: &str, out: &Path) {
-    if out.exists() {
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let newest_source = std::fs::read_dir(module)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| modified(&e.path()))
+        .max();
+    if modified(out).is_some_and(|built| Some(built) >= newest_source) {
         return;
     }
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
