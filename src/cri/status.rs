@@ -2,7 +2,9 @@
 
 use tonic::{Code, Status};
 
+use crate::container::ContainerError;
 use crate::image::{ImageError, PullError, UnpackError};
+use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::SandboxError;
 use crate::stream::StreamError;
 use crate::stream::backend::BackendError;
@@ -23,21 +25,80 @@ pub fn network_template(pod_cidr: &str, e: &crate::network::CniError) -> Status 
 
 impl From<SandboxError> for Status {
     fn from(e: SandboxError) -> Status {
-        let code = match &e {
-            SandboxError::Invalid(_)
-            | SandboxError::Ambiguous(_)
-            | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
-            SandboxError::NameTaken { .. } => Code::AlreadyExists,
-            SandboxError::NotFound(_) => Code::NotFound,
-            SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => {
-                Code::FailedPrecondition
-            }
-            SandboxError::Run { .. }
-            | SandboxError::Teardown { .. }
-            | SandboxError::Stats { .. }
-            | SandboxError::Store(_) => Code::Internal,
-        };
-        Status::new(code, e.to_string())
+        Status::new(sandbox_code(&e), e.to_string())
+    }
+}
+
+fn sandbox_code(e: &SandboxError) -> Code {
+    match e {
+        SandboxError::Invalid(_)
+        | SandboxError::Ambiguous(_)
+        | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
+        SandboxError::NameTaken { .. } => Code::AlreadyExists,
+        SandboxError::NotFound(_) => Code::NotFound,
+        SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => Code::FailedPrecondition,
+        SandboxError::Run { .. }
+        | SandboxError::Teardown { .. }
+        | SandboxError::Stats { .. }
+        | SandboxError::Store(_) => Code::Internal,
+    }
+}
+
+impl From<ContainerError> for Status {
+    fn from(e: ContainerError) -> Status {
+        Status::new(container_code(&e), e.to_string())
+    }
+}
+
+fn container_code(e: &ContainerError) -> Code {
+    match e {
+        ContainerError::Invalid(_) | ContainerError::Ambiguous(_) => Code::InvalidArgument,
+        ContainerError::NotFound(_) => Code::NotFound,
+        ContainerError::NameTaken { .. } => Code::AlreadyExists,
+        ContainerError::Sandbox(e) => sandbox_code(e),
+        ContainerError::Image(ImageError::Reference(_)) => Code::InvalidArgument,
+        ContainerError::Image(ImageError::NotFound(_)) => Code::NotFound,
+        ContainerError::Image(_) => Code::FailedPrecondition,
+        ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
+        ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::PodNotReady(_) | ContainerError::State { .. } => Code::FailedPrecondition,
+        ContainerError::Create { source, .. } => container_code(source),
+        ContainerError::Monitor { source, .. } => monitor_code(source),
+        ContainerError::Io { source, .. } => io_code(source),
+        ContainerError::Store(crate::store::StoreError::Write { source, .. }) => io_code(source),
+        ContainerError::Store(_) | ContainerError::Cgroup(_) | ContainerError::Rootfs(_) => {
+            Code::FailedPrecondition
+        }
+        ContainerError::ExecTimeout { .. } | ContainerError::Unkillable { .. } => {
+            Code::DeadlineExceeded
+        }
+        ContainerError::ExecOutputTooLarge { .. } => Code::ResourceExhausted,
+        ContainerError::Teardown { .. } => Code::Unavailable,
+    }
+}
+
+/// The pod's monitor answered with a refusal (its fault says why) or could not be reached.
+fn monitor_code(e: &MonitorError) -> Code {
+    match e {
+        MonitorError::Refused { fault, .. } => match fault {
+            Fault::Invalid => Code::InvalidArgument,
+            Fault::NotFound => Code::NotFound,
+            Fault::State | Fault::Failed => Code::FailedPrecondition,
+        },
+        MonitorError::Setup { .. } => Code::FailedPrecondition,
+        MonitorError::Protocol(_) => Code::Internal,
+        MonitorError::Spawn(_)
+        | MonitorError::Vanished(_)
+        | MonitorError::Timeout(_)
+        | MonitorError::Io(_) => Code::Unavailable,
+    }
+}
+
+/// A full disk or quota is ResourceExhausted; any other I/O failure is the host's state.
+fn io_code(e: &std::io::Error) -> Code {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => Code::ResourceExhausted,
+        _ => Code::FailedPrecondition,
     }
 }
 

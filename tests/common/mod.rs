@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod oci_build;
+pub mod registry;
 pub mod tools;
+pub mod workload;
 
 pub use daemon::Daemon;
 
