@@ -520,7 +520,14 @@ async fn tls_serves_https() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let out = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
         .args(["-nodes", "-days", "1", "-subj", "/CN=crust-stream"])
         .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
         .arg("-keyout")
@@ -529,7 +536,11 @@ async fn tls_serves_https() {
         .arg(&cert)
         .output()
         .expect("openssl makes the test certificate");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let settings = ServerSettings {
         address: "127.0.0.1".parse().unwrap(),
         port: 0,
@@ -542,15 +553,80 @@ async fn tls_serves_https() {
         .unwrap();
     tokio::spawn(server.serve());
     for transport in ["spdy", "websocket"] {
-        let url = streams.exec(exec_req("echo secret; exit 5", false, false)).unwrap();
+        let url = streams
+            .exec(exec_req("echo secret; exit 5", false, false))
+            .unwrap();
         assert!(url.starts_with("https://127.0.0.1:"), "{url}");
         let args = ["-transport", transport, "-ca", cert.to_str().unwrap()];
         let r = client(&url, &args, b"").await;
-        assert_eq!((r.code, r.stdout.as_str()), (5, "secret\n"), "{transport}: {}", r.stderr);
+        assert_eq!(
+            (r.code, r.stdout.as_str()),
+            (5, "secret\n"),
+            "{transport}: {}",
+            r.stderr
+        );
         // Without the CA the client refuses the server.
         let url = streams.exec(exec_req("true", false, false)).unwrap();
         let r = client(&url, &["-transport", transport], b"").await;
         assert_eq!(r.code, 125, "{transport}");
-        assert!(r.stderr.contains("certificate"), "{transport}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("certificate"),
+            "{transport}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// A hundred execs at once over WebSocket (v4, binary): each gets its own output and status,
+/// and none leaves a descriptor or a process behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hundred_concurrent_execs() {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let streams = server(HostBackend::default()).await;
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let mut runs = Vec::new();
+    for i in 0..100 {
+        let url = streams
+            .exec(exec_req(&format!("echo {i}"), false, false))
+            .unwrap();
+        runs.push(tokio::spawn(async move {
+            let mut req = url
+                .replace("http://", "ws://")
+                .into_client_request()
+                .unwrap();
+            req.headers_mut().insert(
+                "sec-websocket-protocol",
+                "v4.channel.k8s.io".parse().unwrap(),
+            );
+            let tcp = tokio::net::TcpStream::connect(req.uri().authority().unwrap().as_str())
+                .await
+                .unwrap();
+            let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+            let (mut out, mut status) = (Vec::new(), Vec::new());
+            while let Some(Ok(m)) = ws.next().await {
+                match m {
+                    Message::Binary(b) if b[0] == 1 => out.extend_from_slice(&b[1..]),
+                    Message::Binary(b) if b[0] == 3 => status.extend_from_slice(&b[1..]),
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            assert_eq!(out, format!("{i}\n").as_bytes());
+            assert_eq!(status, br#"{"status":"Success"}"#);
+        }));
+    }
+    for r in runs {
+        r.await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fds() > before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} fds, {before} before",
+            fds()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -325,6 +325,34 @@ async fn tokens_are_single_use_and_bad_input_changes_nothing() {
     assert_fds_back(&d, baseline);
 }
 
+/// A host-network pod's ports are the host's loopback, as with kubelet.
+#[tokio::test(flavor = "multi_thread")]
+async fn host_network_pods_forward_to_the_hosts_loopback() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let mut config = pod_config("pf-hostnet");
+    with_namespaces(
+        &mut config,
+        pb::NamespaceMode::Node,
+        pb::NamespaceMode::Pod,
+        pb::NamespaceMode::Pod,
+    );
+    let id = run_pod(&mut c, config).await;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let (mut conn, _) = l.accept().unwrap();
+        conn.write_all(b"from the host").unwrap();
+    });
+    let url = port_forward_url(&mut c, &id).await;
+    let (conn, _) = spdy_connect(&url, "portforward.k8s.io").await;
+    let _e = conn.open(pf_headers("error", port, 0)).await.unwrap();
+    let data = conn.open(pf_headers("data", port, 0)).await.unwrap();
+    let (mut rx, _tx) = data.into_split();
+    assert_eq!(read_all(&mut rx).await, b"from the host");
+    conn.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn port_forward_needs_a_ready_pod() {
     let d = Daemon::start();
