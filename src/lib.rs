@@ -15,4 +15,5 @@ pub mod sandbox;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
+pub mod stream;
 pub mod sys;

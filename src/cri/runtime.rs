@@ -25,6 +25,8 @@ pub struct RuntimeServer {
     /// Configuration as loaded, for Status's verbose info.
     pub config_info: String,
     pub pod_cidr: Mutex<String>,
+    /// Exec, Attach and PortForward URLs.
+    pub streams: Arc<crate::stream::Streams>,
 }
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -374,23 +376,24 @@ impl RuntimeService for RuntimeServer {
 
     async fn exec(
         &self,
-        _: Request<pb::ExecRequest>,
+        req: Request<pb::ExecRequest>,
     ) -> Result<Response<pb::ExecResponse>, Status> {
-        Err(unimplemented("Exec"))
+        super::stream::exec(&self.streams, req.into_inner()).map(Response::new)
     }
 
     async fn attach(
         &self,
-        _: Request<pb::AttachRequest>,
+        req: Request<pb::AttachRequest>,
     ) -> Result<Response<pb::AttachResponse>, Status> {
-        Err(unimplemented("Attach"))
+        super::stream::attach(&self.streams, req.into_inner()).map(Response::new)
     }
 
     async fn port_forward(
         &self,
-        _: Request<pb::PortForwardRequest>,
+        req: Request<pb::PortForwardRequest>,
     ) -> Result<Response<pb::PortForwardResponse>, Status> {
-        Err(unimplemented("PortForward"))
+        let req = req.into_inner();
+        super::stream::port_forward(&self.streams, &self.sandboxes, req).map(Response::new)
     }
 
     async fn container_stats(

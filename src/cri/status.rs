@@ -6,6 +6,8 @@ use crate::container::ContainerError;
 use crate::image::{ImageError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::SandboxError;
+use crate::stream::StreamError;
+use crate::stream::backend::BackendError;
 
 pub fn unimplemented(rpc: &str) -> Status {
     Status::unimplemented(format!("{rpc} is not implemented by this version of crust"))
@@ -109,6 +111,27 @@ impl From<ImageError> for Status {
             ImageError::Import { .. } | ImageError::Store(_) | ImageError::Io { .. } => {
                 Code::Internal
             }
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+impl From<StreamError> for Status {
+    fn from(e: StreamError) -> Status {
+        let code = match e {
+            StreamError::NoBackend(rpc) => return unimplemented(rpc),
+            StreamError::Sandbox(inner) => return inner.into(),
+            StreamError::Invalid(_) | StreamError::Backend(BackendError::Invalid(_)) => {
+                Code::InvalidArgument
+            }
+            StreamError::Backend(BackendError::NotFound(_)) => Code::NotFound,
+            StreamError::Backend(BackendError::NotRunning(_))
+            | StreamError::PodNotReady(_)
+            | StreamError::NoNetwork(_) => Code::FailedPrecondition,
+            StreamError::TooManyWaiting(_) => Code::ResourceExhausted,
+            StreamError::Backend(BackendError::Failed(_))
+            | StreamError::Io { .. }
+            | StreamError::Tls(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
     }

@@ -249,6 +249,36 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Creates an unconnected TCP socket inside the network namespace pinned at `pin` (a netns
+/// bind mount). A socket stays in the namespace it was created in, so the caller can connect
+/// it from anywhere. The namespace is entered by a thread of its own that ends right after:
+/// entering it on a thread of the async runtime or the blocking pool would leave that thread
+/// in the pod's network for whatever it runs next. Blocks for the thread's short life.
+pub fn tcp_socket_in_netns(pin: &std::path::Path, ipv6: bool) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+    let pin = pin.to_owned();
+    let worker = std::thread::Builder::new()
+        .name("netns-socket".into())
+        .spawn(move || -> io::Result<OwnedFd> {
+            let ns = std::fs::File::open(&pin)?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            let family = if ipv6 {
+                AddressFamily::Inet6
+            } else {
+                AddressFamily::Inet
+            };
+            Ok(socket(
+                family,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+                None,
+            )?)
+        })?;
+    worker
+        .join()
+        .map_err(|_| io::Error::other("the network namespace thread panicked"))?
+}
+
 /// Installs a handler for `signal` that does nothing, so that the signal interrupts blocking
 /// calls (and `pause`) instead of being ignored or killing the process.
 pub fn catch_signal(signal: nix::sys::signal::Signal) -> nix::Result<()> {
@@ -272,6 +302,12 @@ mod tests {
         assert!(pidfd_open(std::process::id() as i32).is_ok());
         let err = pidfd_open(i32::MAX).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn netns_sockets_need_a_namespace_pin() {
+        let err = tcp_socket_in_netns(std::path::Path::new("/nonexistent/pin"), false);
+        assert_eq!(err.unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]
