@@ -217,6 +217,68 @@ pub fn has_mount_setattr() -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
 }
 
+/// Sends `data` with the descriptors `fds` attached (SCM_RIGHTS) on a unix stream socket.
+/// Non-blocking sockets may answer WouldBlock, like any write.
+pub fn send_with_fds(
+    socket: &impl AsRawFd,
+    data: &[u8],
+    fds: &[std::os::fd::RawFd],
+) -> io::Result<usize> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let iov = [io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    Ok(sendmsg::<()>(
+        socket.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?)
+}
+
+/// Receives bytes into `buf` and any descriptors sent with them (SCM_RIGHTS, at most 8).
+pub fn receive_with_fds(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            for fd in raw {
+                // SAFETY: the kernel just installed this descriptor in our table for us; no
+                // one else owns it.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// Sets the window size of the terminal behind `fd` (a pty master or slave).
+pub fn set_window_size(fd: &impl AsRawFd, rows: u16, cols: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize from the pointer, which lives for the whole call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.
 pub fn set_link_up(name: &str) -> io::Result<()> {
     let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
