@@ -12,7 +12,7 @@ case $purpose in
   # Sandbox tests: ping, nsenter (util-linux), jq for the fixture CNI plugins. Image tests: a real
   # registry (docker-registry), htpasswd for its basic auth (apache2-utils), openssl for the
   # token server's key; critest's offline registry: skopeo.
-  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo" ;;
+  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo containerd runc" ;;
   # Benchmarks compare with containerd (and build its pause image with gcc).
   bench) pkgs="$pkgs docker-registry busybox-static containerd runc gcc libc6-dev" ;;
   *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;

@@ -83,6 +83,11 @@ fn pull_code(e: &PullError) -> Code {
             error: UnpackError::Fs { .. },
             ..
         } => Code::Internal,
+        // A tar format crust does not unpack (an unknown GNU sparse version): not corrupt.
+        PullError::Layer {
+            error: UnpackError::UnsupportedEntry { .. },
+            ..
+        } => Code::FailedPrecondition,
         PullError::Layer { .. } => Code::DataLoss,
         PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Unreachable { .. } | PullError::Registry { .. } => Code::Unavailable,
@@ -130,5 +135,10 @@ mod tests {
             path: "../x".into(),
         };
         assert_eq!(pull_code(&layer(traversal)), Code::DataLoss);
+        let sparse = UnpackError::UnsupportedEntry {
+            path: "f".into(),
+            format: "GNU sparse PAX format 2.0".into(),
+        };
+        assert_eq!(pull_code(&layer(sparse)), Code::FailedPrecondition);
     }
 }

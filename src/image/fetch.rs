@@ -4,8 +4,10 @@
 //!
 //! Concurrency: one download per blob and one unpack per layer at a time across all pulls
 //! (`KeyedLocks`; a waiter finds the finished result), downloads bounded by the configured
-//! limit, unpacks by the CPU count. Layers of one image download and unpack in parallel: each
-//! unpacks into its own directory, independent of its parent.
+//! limit, unpacks by the CPU count. Layers of one image download in parallel and unpack in
+//! order, each on top of the layers below it (a directory a layer leaves out takes the lower
+//! layers' metadata, a whiteout is written only for what they show: see `lower.rs`), while
+//! the later ones still download.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -104,13 +106,14 @@ impl Images {
             .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
             .collect();
         let _pins = self.pin(keys);
-        try_join_all(
-            m.layers
-                .iter()
-                .zip(&layers)
-                .map(|(d, l)| self.ensure_layer(src, d, l)),
-        )
-        .await?;
+        let downloads = try_join_all(m.layers.iter().map(|d| self.ensure_blob(src, d)));
+        let unpacks = async {
+            for (i, (d, l)) in m.layers.iter().zip(&layers).enumerate() {
+                self.ensure_layer(src, d, l, &layers[..i]).await?;
+            }
+            Ok(())
+        };
+        futures_util::future::try_join(downloads, unpacks).await?;
 
         let mut blobs = vec![c.manifest_digest.clone(), m.config.digest.clone()];
         self.put_small_blob(&c.manifest_digest, &c.manifest_bytes)
@@ -120,7 +123,10 @@ impl Images {
             blobs.insert(0, digest.clone());
         }
         blobs.extend(layers.iter().map(|l| l.blob.clone()));
-        let size = c.manifest_bytes.len() as u64
+        // What containerd reports too: every blob the image was pulled through, the index
+        // included.
+        let size = c.index.as_ref().map_or(0, |(bytes, _)| bytes.len() as u64)
+            + c.manifest_bytes.len() as u64
             + m.config.size.max(0) as u64
             + layers.iter().map(|l| l.size).sum::<u64>();
         let record = ImageRecord {
@@ -254,12 +260,14 @@ impl Images {
         })
     }
 
-    /// Makes sure the layer is unpacked (fetching its blob first if needed).
+    /// Makes sure the layer is unpacked (fetching its blob first if needed) on top of `below`,
+    /// the layers under it (already unpacked), bottom first.
     async fn ensure_layer(
         &self,
         src: &Source<'_>,
         desc: &Descriptor,
         layer: &LayerRef,
+        below: &[LayerRef],
     ) -> Result<(), PullError> {
         let _one = self.layer_locks.lock(&layer.chain_id).await;
         let dir = self.paths.layer_dir(&layer.chain_id);
@@ -273,6 +281,11 @@ impl Images {
             .await
             .map_err(|_| PullError::Invalid("shutting down".into()))?;
         let (paths, l) = (self.paths.clone(), layer.clone());
+        let lowers: Vec<PathBuf> = below
+            .iter()
+            .rev()
+            .map(|b| self.paths.layer_fs(&b.chain_id))
+            .collect();
         let reserve = self.settings.reserve;
         let meta = tokio::task::spawn_blocking(move || {
             super::unpack::unpack(
@@ -280,6 +293,7 @@ impl Images {
                 &paths.blob(&l.blob),
                 &l.diff_id,
                 &l.chain_id,
+                &lowers,
                 reserve,
             )
         })

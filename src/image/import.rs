@@ -99,7 +99,14 @@ impl Images {
         let file = fs::File::open(path).map_err(io("opening", path))?;
         let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());
         tokio::task::spawn_blocking(move || {
-            super::unpack::extract_tar(file, &dir, None, reserve, &ingest)
+            super::unpack::extract_tar(
+                file,
+                &dir,
+                super::lower::Lowers::default(),
+                None,
+                reserve,
+                &ingest,
+            )
         })
         .await
         .map_err(|e| ImportError::Invalid(e.to_string()))?

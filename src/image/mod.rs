@@ -26,11 +26,14 @@
 mod content;
 mod digest;
 mod extract;
+#[cfg(test)]
+mod extract_tests;
 mod fetch;
 mod fsinfo;
 mod http;
 mod idle;
 mod import;
+mod lower;
 mod manifest;
 mod pull;
 mod records;
@@ -39,6 +42,7 @@ mod registry;
 mod remove;
 mod rootfs;
 mod space;
+mod sparse;
 mod status;
 mod token;
 mod unpack;
