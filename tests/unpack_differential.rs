@@ -398,6 +398,22 @@ async fn crust_unpacks_layers_as_containerd_does() {
     }
     let (a, b) = views(&crust, &ctrd, &app).await;
     assert!(a.len() > 60, "crust's view is nearly empty: {a:?}");
+    // What the layers were built to show is there (so agreeing is not agreeing on nothing).
+    let at = |p: &str| &a[&tree::rel(p.as_bytes())];
+    assert_eq!((at("tmp").mode, at("root").mode), (0o1777, 0o700));
+    assert_eq!(
+        (at("").mode, at("").uid),
+        (0o755, 0),
+        "`./` entries skipped"
+    );
+    assert!(at("caps/ping").xattrs.contains_key("security.capability"));
+    assert_eq!(at("xdir").xattrs["user.dir"], b"kept by copy-up");
+    assert_eq!(at("xdir").mode, 0o711);
+    assert_eq!(at("sparse/v1").size, Some(2 << 20));
+    assert_eq!((at("legacy").kind, at("dup").mtime.0), ('d', 1_550_000_000));
+    assert_eq!(at("hl/b/dst").links, [PathBuf::from("hl/a/src")]);
+    assert_eq!(at("dev/loop0").rdev, Some((7, 0)));
+    assert!(a.contains_key(&tree::rel(b"names/caf\xe9")) && !a.contains_key(Path::new("gonefile")));
     let diffs = tree::diff(&a, &b, since);
     assert!(
         diffs.is_empty(),

@@ -65,7 +65,7 @@ impl Tree {
     pub fn node(&self, p: &str, kind: FileType, major: u32, minor: u32, mode: u32) -> &Tree {
         rustix::fs::mknodat(
             CWD,
-            &self.path(p.as_bytes()),
+            self.path(p.as_bytes()),
             kind,
             Mode::from_raw_mode(mode),
             rustix::fs::makedev(major, minor),
@@ -101,7 +101,7 @@ impl Tree {
             last_access: t,
             last_modification: t,
         };
-        rustix::fs::utimensat(CWD, &self.path(p), &ts, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        rustix::fs::utimensat(CWD, self.path(p), &ts, AtFlags::SYMLINK_NOFOLLOW).unwrap();
         self
     }
 
