@@ -457,7 +457,11 @@ async fn crust_unpacks_layers_as_containerd_does() {
 
     let esc = format!("{HOST}/diff/escape:v1");
     let refused = pull(&mut ci, &esc).await.unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::DataLoss, "{refused:?}");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
     assert!(
         refused
             .message()

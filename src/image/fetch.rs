@@ -177,9 +177,9 @@ impl Images {
                 super::ImageError::Io { what, path, source } => {
                     PullError::Local { what, path, source }
                 }
-                other => PullError::Invalid(format!("saving the image record: {other}")),
+                other => PullError::Internal(format!("saving the image record: {other}")),
             })?
-            .ok_or_else(|| PullError::Invalid("image record vanished".into()))
+            .ok_or_else(|| PullError::Internal("saving the image record: it vanished".into()))
     }
 
     /// Stores a small blob (a manifest) whose digest was already verified.
@@ -219,7 +219,7 @@ impl Images {
                     .downloads
                     .acquire()
                     .await
-                    .map_err(|_| PullError::Invalid("shutting down".into()))?;
+                    .map_err(|_| PullError::ShuttingDown)?;
                 download(session, desc, &mut ingest, size).await?;
             }
             Source::Local { dir, files } => {
@@ -240,7 +240,7 @@ impl Images {
         let (d, what) = (digest.clone(), what.to_owned());
         let res = tokio::task::spawn_blocking(move || ingest.commit(&d, size, &dest))
             .await
-            .map_err(|e| PullError::Invalid(format!("storing blob: {e}")))?;
+            .map_err(|e| PullError::Internal(format!("storing blob {digest}: {e}")))?;
         res.map_err(|e| match e {
             CommitError::Digest { expected, actual } => PullError::DigestMismatch {
                 what,
@@ -279,7 +279,7 @@ impl Images {
             .unpacks
             .acquire()
             .await
-            .map_err(|_| PullError::Invalid("shutting down".into()))?;
+            .map_err(|_| PullError::ShuttingDown)?;
         let (paths, l) = (self.paths.clone(), layer.clone());
         let lowers: Vec<PathBuf> = below
             .iter()
@@ -298,7 +298,7 @@ impl Images {
             )
         })
         .await
-        .map_err(|e| PullError::Invalid(format!("unpacking: {e}")))?
+        .map_err(|e| PullError::Internal(format!("unpacking layer {}: {e}", layer.blob)))?
         .map_err(|error| PullError::Layer {
             blob: layer.blob.clone(),
             error,

@@ -16,7 +16,7 @@ use super::manifest::{
     self, Descriptor, Document, Manifest, ManifestError, Resolved, parse_document, parse_manifest,
 };
 use super::reference::ImageRef;
-use super::{ImageError, ImageRecord, Images, PullError};
+use super::{ImageError, ImageRecord, Images, PullError, UnpackError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -26,6 +26,10 @@ pub enum ImportError {
     Format,
     #[error("{0}")]
     Invalid(String),
+    #[error("reading the archive: {0}")]
+    Archive(#[from] UnpackError),
+    #[error("internal error while {0}")]
+    Internal(String),
     #[error(transparent)]
     Content(#[from] PullError),
     #[error("{what} {path}: {source}")]
@@ -89,7 +93,8 @@ impl Images {
     /// Extracts a (possibly compressed) tar into a scratch directory inside the store.
     async fn extract_archive(&self, path: &Path) -> Result<Scratch, ImportError> {
         let mut rnd = [0u8; 6];
-        getrandom::fill(&mut rnd).map_err(|e| ImportError::Invalid(e.to_string()))?;
+        getrandom::fill(&mut rnd)
+            .map_err(|e| ImportError::Internal(format!("naming a scratch directory: {e}")))?;
         let dir = self
             .paths
             .ingest_dir()
@@ -109,8 +114,7 @@ impl Images {
             )
         })
         .await
-        .map_err(|e| ImportError::Invalid(e.to_string()))?
-        .map_err(|e| ImportError::Invalid(format!("reading the archive: {e}")))?;
+        .map_err(|e| ImportError::Internal(format!("extracting {}: {e}", path.display())))??;
         Ok(scratch)
     }
 
@@ -252,7 +256,7 @@ impl Images {
                 super::digest::HashingReader::new(f, super::digest::Algorithm::Sha256).finish()
             })
             .await
-            .map_err(|e| ImportError::Invalid(e.to_string()))?
+            .map_err(|e| ImportError::Internal(format!("hashing {}: {e}", path.display())))?
             .map_err(io("reading", &path))?;
         files.insert(digest.clone(), path);
         Ok(Descriptor {

@@ -135,8 +135,15 @@ pub enum PullError {
     Registry { registry: String, detail: String },
     #[error("{0}")]
     Unsupported(String),
+    /// The image as published cannot be used (malformed or oversized documents, bad layer
+    /// lists): pulling it again will not help.
     #[error("invalid image: {0}")]
     Invalid(String),
+    /// A failure of crust itself (a task that panicked, a record gone from under the lock).
+    #[error("internal error while {0}")]
+    Internal(String),
+    #[error("crust is shutting down")]
+    ShuttingDown,
     #[error("{what} {path}: {source}")]
     Local {
         what: &'static str,
@@ -166,6 +173,8 @@ impl PullError {
                 | PullError::Store(_)
                 | PullError::BadCredentials(_)
                 | PullError::NoSpace(_)
+                | PullError::Internal(_)
+                | PullError::ShuttingDown
                 | PullError::Layer {
                     error: UnpackError::NoSpace(_) | UnpackError::Fs { .. },
                     ..
