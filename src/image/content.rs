@@ -55,6 +55,17 @@ impl StorePaths {
     pub fn layer_dir(&self, chain_id: &Digest) -> PathBuf {
         self.layers_dir().join(chain_id.hex())
     }
+    /// The chain id a directory under `layers/` is named after: the hex alone, its algorithm
+    /// told by its length (64 for sha256, 128 for sha512). None for anything else.
+    pub fn layer_chain(name: &std::ffi::OsStr) -> Option<Digest> {
+        let hex = name.to_str()?;
+        let alg = match hex.len() {
+            64 => "sha256",
+            128 => "sha512",
+            _ => return None,
+        };
+        format!("{alg}:{hex}").parse().ok()
+    }
     /// The directory given to overlayfs as a lowerdir.
     pub fn layer_fs(&self, chain_id: &Digest) -> PathBuf {
         self.layer_dir(chain_id).join("fs")

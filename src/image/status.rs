@@ -77,6 +77,10 @@ impl Images {
             }));
         }
         let table = self.table();
+        // A full id of any algorithm (`sha512:...` too), then a bare sha256 hex.
+        if let Ok(id) = spec.parse::<super::Digest>() {
+            return Ok(table.get(&id).cloned());
+        }
         let bare = spec.strip_prefix("sha256:").unwrap_or(spec);
         if bare.len() == 64 && is_hex(bare) {
             let id: super::Digest = format!("sha256:{bare}").parse().expect("checked hex");
