@@ -151,8 +151,14 @@ impl ImageService for ImageServer {
             // The pull runs in a task of its own: when the client gives up (kubelet's pull
             // deadline, a ^C'd crictl), the download still finishes and lands in the store, and
             // a retry finds it there (or joins it) instead of starting over.
-            let pulled =
-                tokio::spawn(async move { images.pull(&image, &creds).await }.in_current_span());
+            let slot = images.pull_slot(&image).await.map_err(Status::from)?;
+            let pulled = tokio::spawn(
+                async move {
+                    let _slot = slot;
+                    images.pull(&image, &creds).await
+                }
+                .in_current_span(),
+            );
             let record = pulled
                 .await
                 .map_err(super::status::task_failed)?

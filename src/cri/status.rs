@@ -84,7 +84,8 @@ fn unpack_code(e: &UnpackError) -> Code {
         | UnpackError::BadLink { .. }
         | UnpackError::Corrupt(_)
         | UnpackError::UnsupportedEntry { .. }
-        | UnpackError::BadEntry { .. } => Code::FailedPrecondition,
+        | UnpackError::BadEntry { .. }
+        | UnpackError::Limit { .. } => Code::FailedPrecondition,
         UnpackError::NoSpace(_) => Code::ResourceExhausted,
         UnpackError::Fs { source, .. } => io_code(source),
     }

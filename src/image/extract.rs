@@ -41,6 +41,12 @@ const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_MARKER: &str = ".wh..wh..opq";
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
 
+/// Memory the directory mtimes kept until the end of a layer may take (paths plus overhead):
+/// about a million directories, far beyond real images, and bounded against hostile ones.
+const MAX_DIR_TIMES_BYTES: usize = 64 << 20;
+/// What one remembered directory costs beyond its path.
+const DIR_TIME_OVERHEAD: usize = 64;
+
 /// Ownership, permissions, time and xattrs of one entry, from its header and PAX records.
 struct Meta {
     uid: u32,
@@ -61,6 +67,8 @@ pub struct Extractor {
     /// Directory mtimes, set at the end (creating children changes them); a directory listed
     /// again gets the later entry's.
     dir_times: HashMap<PathBuf, Timespec>,
+    /// What `dir_times` holds, in bytes, against `MAX_DIR_TIMES_BYTES`.
+    dir_times_bytes: usize,
     /// File data passes through this one buffer (under glibc's mmap threshold, allocated once
     /// per layer rather than once per file).
     buf: Vec<u8>,
@@ -118,6 +126,7 @@ impl Extractor {
             lowers,
             parent_cache: None,
             dir_times: HashMap::new(),
+            dir_times_bytes: 0,
             buf: vec![0u8; 64 << 10],
         }
     }
@@ -276,7 +285,17 @@ impl Extractor {
         let fd = rfs::openat(parent, name, flags, Mode::empty())
             .map_err(fs_err("opening directory", path))?;
         apply_fd_meta(&fd, meta, path)?;
-        self.dir_times.insert(path.to_owned(), meta.mtime);
+        if self.dir_times.insert(path.to_owned(), meta.mtime).is_none() {
+            self.dir_times_bytes += path.as_os_str().len() + DIR_TIME_OVERHEAD;
+            if self.dir_times_bytes > MAX_DIR_TIMES_BYTES {
+                return Err(UnpackError::Limit {
+                    what: format!(
+                        "more directories than {} MiB of paths can list",
+                        MAX_DIR_TIMES_BYTES >> 20
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 

@@ -44,6 +44,7 @@ mod rootfs;
 mod space;
 mod sparse;
 mod status;
+mod tar_bounds;
 mod token;
 mod unpack;
 
@@ -238,6 +239,18 @@ pub struct Images {
     unpacks: tokio::sync::Semaphore,
     layer_usage: Mutex<HashMap<Digest, unpack::LayerMeta>>,
     pulls: idle::PullActivity,
+    /// Pulls running in tasks of their own (see `pull_slot`).
+    pull_tasks: Arc<tokio::sync::Semaphore>,
+}
+
+/// Pulls that may run at once, each in its own task. A pull outlives the request that
+/// started it, so clients that retry and give up again and again would otherwise pile up
+/// tasks without limit; requests past this wait for a slot instead.
+pub const MAX_PULL_TASKS: usize = 32;
+
+/// A slot for one pull task; the slot frees when this drops.
+pub struct PullSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 #[derive(Clone)]
@@ -346,6 +359,7 @@ impl Images {
             layer_locks: KeyedLocks::default(),
             layer_usage: Mutex::new(HashMap::new()),
             pulls: idle::PullActivity::default(),
+            pull_tasks: Arc::new(tokio::sync::Semaphore::new(MAX_PULL_TASKS)),
         };
         images.reload(true)?;
         images.load_holds()?;
@@ -357,6 +371,32 @@ impl Images {
 
     pub fn paths(&self) -> &StorePaths {
         &self.paths
+    }
+
+    /// Waits for a free slot to pull `reference`; move it into the task that runs the pull.
+    pub async fn pull_slot(&self, reference: &str) -> Result<PullSlot, ImageError> {
+        match self.pull_tasks.clone().acquire_owned().await {
+            Ok(permit) => Ok(PullSlot { _permit: permit }),
+            Err(_) => Err(ImageError::Pull {
+                reference: reference.to_owned(),
+                error: Box::new(PullError::ShuttingDown),
+                also: vec![],
+            }),
+        }
+    }
+
+    /// An image service on `root` for unit tests.
+    #[cfg(test)]
+    pub(crate) fn open_for_test(root: &Path) -> Images {
+        let settings = ImageSettings {
+            root: root.to_owned(),
+            registry: Default::default(),
+            max_concurrent_downloads: 1,
+            progress_timeout: Duration::from_secs(1),
+            platform: Platform::current(),
+            reserve: Reserve::new(0),
+        };
+        Images::open(settings, true).unwrap()
     }
 
     fn recover(&self) -> Result<(), ImageError> {

@@ -113,28 +113,15 @@ impl Images {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
+    use crate::image::LayerRef;
     use crate::image::digest::Algorithm;
     use crate::image::records::tests::record;
-    use crate::image::{ImageSettings, LayerRef, Platform};
 
     #[test]
     fn layers_named_by_sha512_chain_ids_are_kept_while_used() {
         let dir = tempfile::tempdir().unwrap();
-        let images = Images::open(
-            ImageSettings {
-                root: dir.path().to_owned(),
-                registry: Default::default(),
-                max_concurrent_downloads: 1,
-                progress_timeout: Duration::from_secs(1),
-                platform: Platform::current(),
-                reserve: crate::image::Reserve::new(0),
-            },
-            true,
-        )
-        .unwrap();
+        let images = Images::open_for_test(dir.path());
         let used = Digest::compute(Algorithm::Sha512, b"used layer");
         let unused = Digest::compute(Algorithm::Sha512, b"unused layer");
         let mut r = record(b"img", &["docker.io/library/x:1"]);
@@ -163,5 +150,28 @@ mod tests {
             "a used sha512 layer is kept"
         );
         assert!(!images.paths.layer_dir(&unused).exists());
+    }
+
+    #[tokio::test]
+    async fn pull_tasks_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = Images::open_for_test(dir.path());
+        let mut slots = Vec::new();
+        for _ in 0..crate::image::MAX_PULL_TASKS {
+            slots.push(images.pull_slot("x").await.unwrap());
+        }
+        let wait = std::time::Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, images.pull_slot("x"))
+                .await
+                .is_err(),
+            "one pull past the limit waits"
+        );
+        slots.pop();
+        assert!(
+            tokio::time::timeout(wait, images.pull_slot("x"))
+                .await
+                .is_ok()
+        );
     }
 }

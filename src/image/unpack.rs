@@ -16,6 +16,7 @@ use super::extract::Extractor;
 use super::lower::Lowers;
 use super::manifest::Compression;
 use super::space::{Guarded, Reserve, Tripped};
+use super::tar_bounds::TarBounds;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {
@@ -31,6 +32,8 @@ pub enum UnpackError {
     UnsupportedEntry { path: String, format: String },
     #[error("entry {path:?} is malformed: {detail}")]
     BadEntry { path: String, detail: String },
+    #[error("layer has {what}, over crust's limit")]
+    Limit { what: String },
     #[error("{op} {path}: {source}")]
     Fs {
         op: &'static str,
@@ -197,7 +200,7 @@ fn extract_guarded(
     })?;
     let mut extractor = Extractor::new(root, lowers);
     {
-        let mut archive = tar::Archive::new(&mut hashing);
+        let mut archive = tar::Archive::new(TarBounds::new(&mut hashing));
         for entry in archive
             .entries()
             .map_err(|e| UnpackError::Corrupt(e.to_string()))?
