@@ -20,7 +20,7 @@ use super::digest::{Digest, chain_ids};
 use super::manifest::{self, Descriptor, ImageConfig, Manifest};
 use super::records::{ImageRecord, LayerRef};
 use super::registry::Session;
-use super::{Images, PullError, local};
+use super::{Images, PullError, local, off_thread};
 
 /// Where blobs come from.
 pub enum Source<'a> {
@@ -147,7 +147,10 @@ impl Images {
     async fn config(&self, src: &Source<'_>, desc: &Descriptor) -> Result<ImageConfig, PullError> {
         self.ensure_blob(src, desc).await?;
         let path = self.paths.blob(&desc.digest);
-        let bytes = std::fs::read(&path).map_err(local("reading", &path))?;
+        let bytes = off_thread("reading the image config", move || {
+            std::fs::read(&path).map_err(local("reading", &path))
+        })
+        .await?;
         manifest::parse_config(&bytes).map_err(|e| PullError::Invalid(e.to_string()))
     }
 
@@ -211,21 +214,22 @@ impl Images {
             .reserve
             .check(&self.paths.ingest_dir(), size.unwrap_or(0))?;
         let what = format!("blob {}", desc.digest);
-        let mut ingest = Ingest::create(&self.paths, desc.digest.algorithm())
+        let ingest = Ingest::create(&self.paths, desc.digest.algorithm())
             .map_err(local("creating", &self.paths.ingest_dir()))?;
-        match src {
+        let ingest = match src {
             Source::Registry(session) => {
                 let _permit = self
                     .downloads
                     .acquire()
                     .await
                     .map_err(|_| PullError::ShuttingDown)?;
-                download(session, desc, &mut ingest, size).await?;
+                download(session, desc, ingest, size).await?
             }
             Source::Local { dir, files } => {
-                copy_file(&local_path(dir, files, &desc.digest), &mut ingest)?
+                let path = local_path(dir, files, &desc.digest);
+                off_thread("copying a blob", move || copy_file(&path, ingest)).await?
             }
-        }
+        };
         self.commit_ingest(ingest, &desc.digest, size, &what).await
     }
 
@@ -238,9 +242,10 @@ impl Images {
     ) -> Result<(), PullError> {
         let dest = self.paths.blob(digest);
         let (d, what) = (digest.clone(), what.to_owned());
-        let res = tokio::task::spawn_blocking(move || ingest.commit(&d, size, &dest))
-            .await
-            .map_err(|e| PullError::Internal(format!("storing blob {digest}: {e}")))?;
+        let res = off_thread("storing a blob", move || {
+            Ok::<_, PullError>(ingest.commit(&d, size, &dest))
+        })
+        .await?;
         res.map_err(|e| match e {
             CommitError::Digest { expected, actual } => PullError::DigestMismatch {
                 what,
@@ -287,7 +292,8 @@ impl Images {
             .map(|b| self.paths.layer_fs(&b.chain_id))
             .collect();
         let reserve = self.settings.reserve;
-        let meta = tokio::task::spawn_blocking(move || {
+        let blob = layer.blob.clone();
+        let meta = off_thread("unpacking a layer", move || {
             super::unpack::unpack(
                 &paths,
                 &paths.blob(&l.blob),
@@ -296,13 +302,9 @@ impl Images {
                 &lowers,
                 reserve,
             )
+            .map_err(|error| PullError::Layer { blob, error })
         })
-        .await
-        .map_err(|e| PullError::Internal(format!("unpacking layer {}: {e}", layer.blob)))?
-        .map_err(|error| PullError::Layer {
-            blob: layer.blob.clone(),
-            error,
-        })?;
+        .await?;
         super::lock(&self.layer_usage).insert(layer.chain_id.clone(), meta);
         Ok(())
     }
@@ -313,35 +315,42 @@ impl Images {
 const COPY_BUF: usize = 64 << 10;
 
 /// Streams a blob from the registry into `ingest`, aborting when no data arrives for the
-/// progress timeout or when the registry sends more than the descriptor's size.
+/// progress timeout or when the registry sends more than the descriptor's size. The bytes are
+/// hashed and written on the blocking pool, `COPY_BUF` at a time.
 async fn download(
     session: &Session,
     desc: &Descriptor,
-    ingest: &mut Ingest,
+    mut ingest: Ingest,
     size: Option<u64>,
-) -> Result<(), PullError> {
+) -> Result<Ingest, PullError> {
     let what = format!("blob {}", desc.digest);
     let mut stream = session.blob(desc).await?;
     let progress = format!("downloading {what} from {}", session.registry);
+    let mut pending: Vec<u8> = Vec::with_capacity(COPY_BUF);
     loop {
         let next = session.within(&progress, stream.next()).await?;
         match next {
-            None => return Ok(()),
+            None => return Ok(write_off_thread(ingest, pending).await?.0),
             Some(Ok(chunk)) => {
-                ingest
-                    .write(&chunk)
-                    .map_err(|e| local("writing", ingest.path())(e))?;
-                if let Some(expected) = size {
-                    if ingest.size() > expected {
-                        return Err(PullError::SizeMismatch {
-                            what,
-                            expected,
-                            actual: ingest.size(),
-                        });
-                    }
+                let got = ingest.size() + (pending.len() + chunk.len()) as u64;
+                if let Some(expected) = size.filter(|e| got > *e) {
+                    return Err(PullError::SizeMismatch {
+                        what,
+                        expected,
+                        actual: got,
+                    });
+                }
+                if pending.len() + chunk.len() > COPY_BUF {
+                    (ingest, pending) = write_off_thread(ingest, pending).await?;
+                }
+                if chunk.len() >= COPY_BUF {
+                    (ingest, _) = write_off_thread(ingest, chunk).await?;
+                } else {
+                    pending.extend_from_slice(&chunk);
                 }
             }
             Some(Err(e)) => {
+                let (ingest, _) = write_off_thread(ingest, pending).await?;
                 // oci-client reports a digest mismatch as a stream error after the last byte.
                 let actual = ingest.digest_so_far();
                 if size == Some(ingest.size()) && actual != desc.digest {
@@ -357,7 +366,41 @@ async fn download(
     }
 }
 
-fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
+/// Hashes and writes `bytes` into `ingest` on the blocking pool; gives both back, a vector
+/// emptied for reuse.
+async fn write_off_thread<B: Buffer>(
+    mut ingest: Ingest,
+    mut bytes: B,
+) -> Result<(Ingest, B), PullError> {
+    if bytes.as_ref().is_empty() {
+        return Ok((ingest, bytes));
+    }
+    off_thread("writing a download", move || {
+        ingest
+            .write(bytes.as_ref())
+            .map_err(|e| local("writing", ingest.path())(e))?;
+        bytes.reset();
+        Ok((ingest, bytes))
+    })
+    .await
+}
+
+/// What a download hands to the blocking pool: its reusable buffer or a whole large chunk.
+trait Buffer: AsRef<[u8]> + Send + 'static {
+    fn reset(&mut self);
+}
+
+impl Buffer for Vec<u8> {
+    fn reset(&mut self) {
+        self.clear();
+    }
+}
+
+impl Buffer for bytes::Bytes {
+    fn reset(&mut self) {}
+}
+
+fn copy_file(path: &Path, mut ingest: Ingest) -> Result<Ingest, PullError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
         .map_err(|_| PullError::Invalid(format!("blob file {} is missing", path.display())))?;
@@ -365,7 +408,7 @@ fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
     loop {
         let n = f.read(&mut buf).map_err(local("reading", path))?;
         if n == 0 {
-            return Ok(());
+            return Ok(ingest);
         }
         ingest.write(&buf[..n]).map_err(local("writing", path))?;
     }

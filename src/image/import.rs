@@ -103,7 +103,7 @@ impl Images {
         let scratch = Scratch(dir.clone());
         let file = fs::File::open(path).map_err(io("opening", path))?;
         let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());
-        tokio::task::spawn_blocking(move || {
+        super::off_thread("extracting an archive", move || {
             super::unpack::extract_tar(
                 file,
                 &dir,
@@ -112,9 +112,9 @@ impl Images {
                 reserve,
                 &ingest,
             )
+            .map_err(ImportError::from)
         })
-        .await
-        .map_err(|e| ImportError::Internal(format!("extracting {}: {e}", path.display())))??;
+        .await?;
         Ok(scratch)
     }
 
@@ -250,14 +250,13 @@ impl Images {
             .map_err(|e| ImportError::Invalid(e.to_string()))?;
         let path: PathBuf = dir.join(comps.iter().collect::<PathBuf>());
         let p = path.clone();
-        let (digest, size) =
-            tokio::task::spawn_blocking(move || -> std::io::Result<(Digest, u64)> {
-                let f = fs::File::open(&p)?;
-                super::digest::HashingReader::new(f, super::digest::Algorithm::Sha256).finish()
-            })
-            .await
-            .map_err(|e| ImportError::Internal(format!("hashing {}: {e}", path.display())))?
-            .map_err(io("reading", &path))?;
+        let (digest, size) = super::off_thread("hashing an archive file", move || {
+            let f = fs::File::open(&p).map_err(io("reading", &p))?;
+            super::digest::HashingReader::new(f, super::digest::Algorithm::Sha256)
+                .finish()
+                .map_err(io("reading", &p))
+        })
+        .await?;
         files.insert(digest.clone(), path);
         Ok(Descriptor {
             media_type: media_type.into(),

@@ -184,6 +184,39 @@ impl PullError {
     }
 }
 
+/// A blocking task that panicked or was cancelled: crust's own fault.
+#[derive(Debug)]
+pub struct TaskFailed(String);
+
+impl From<TaskFailed> for PullError {
+    fn from(e: TaskFailed) -> PullError {
+        PullError::Internal(e.0)
+    }
+}
+
+impl From<TaskFailed> for ImportError {
+    fn from(e: TaskFailed) -> ImportError {
+        ImportError::Internal(e.0)
+    }
+}
+
+/// The image service's one way into blocking file work (downloads written to disk, fsyncs,
+/// reads, unpacking) from async code: the blocking pool, never an async worker thread, so a
+/// slow disk does not stall every RPC.
+async fn off_thread<T, E>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<TaskFailed> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(TaskFailed(format!("{what}: {e}")).into()),
+    }
+}
+
 fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PullError + 'a {
     move |source| PullError::Local {
         what,
