@@ -89,9 +89,7 @@ impl Credentials {
         }
         let rest = address.split_once("://").map_or(address, |(_, r)| r);
         let host = rest.split('/').next().unwrap_or_default();
-        let docker =
-            |h: &str| matches!(h, "docker.io" | "index.docker.io" | "registry-1.docker.io");
-        host.eq_ignore_ascii_case(domain) || (docker(host) && docker(domain))
+        super::reference::same_registry(host, domain)
     }
 
     pub fn is_anonymous(&self) -> bool {
@@ -251,15 +249,7 @@ impl Registries {
     ) -> Result<Session, PullError> {
         let (auth, credentials_from) = self.auth_for(ep, image, creds)?;
         let (client, http) = self.clients(ep, !matches!(auth, Auth::Anonymous))?;
-        let mut reference = oci_client::Reference::with_tag(
-            image.domain.clone(),
-            image.path.clone(),
-            "latest".into(),
-        );
-        if !ep.upstream {
-            // Requests then go to the mirror with `?ns=<upstream>`, as containerd sends them.
-            reference.set_mirror_registry(ep.host.clone());
-        }
+        let reference = image.to_oci((!ep.upstream).then_some(ep.host.as_str()));
         let session = Session {
             client,
             http,

@@ -5,7 +5,6 @@
 
 use super::PullError;
 use super::http::{FetchError, transport};
-use super::reference::DEFAULT_DOMAIN;
 use super::registry::Endpoint;
 
 /// A token response is a few kilobytes of JSON.
@@ -28,11 +27,7 @@ pub async fn exchange(
         registry: ep.to_string(),
         detail: "answered the identity-token exchange without a token".into(),
     };
-    let host = if ep.host == DEFAULT_DOMAIN {
-        "registry-1.docker.io"
-    } else {
-        ep.host.as_str()
-    };
+    let host = super::reference::api_host(&ep.host);
     let scheme = if ep.plain_http { "http" } else { "https" };
     let resp = client
         .get(format!("{scheme}://{host}/v2/"))
