@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 
-use super::content::{CommitError, Ingest};
 use super::digest::{Digest, chain_ids};
-use super::manifest::{self, Descriptor, ImageConfig, Manifest};
-use super::records::{ImageRecord, LayerRef};
 use super::registry::Session;
+use super::registry::manifest::{self, Descriptor, ImageConfig, Manifest};
+use super::store::content::{CommitError, Ingest};
+use super::store::records::{ImageRecord, LayerRef};
 use super::{Images, PullError, local, off_thread};
 
 /// Where blobs come from.
@@ -276,7 +276,7 @@ impl Images {
     ) -> Result<(), PullError> {
         let _one = self.layer_locks.lock(&layer.chain_id).await;
         let dir = self.paths.layer_dir(&layer.chain_id);
-        if super::unpack::read_meta(&dir).is_some() {
+        if super::store::unpack::read_meta(&dir).is_some() {
             return Ok(());
         }
         self.ensure_blob(src, desc).await?;
@@ -294,7 +294,7 @@ impl Images {
         let reserve = self.settings.reserve;
         let blob = layer.blob.clone();
         let meta = off_thread("unpacking a layer", move || {
-            super::unpack::unpack(
+            super::store::unpack::unpack(
                 &paths,
                 &paths.blob(&l.blob),
                 &l.diff_id,

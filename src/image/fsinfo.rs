@@ -8,7 +8,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::StorePaths;
-use super::{ImageError, Images, lock, unpack};
+use super::store::unpack;
+use super::{ImageError, Images, lock};
 
 /// Usage of one directory tree.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,10 +12,10 @@ use serde::Deserialize;
 
 use super::digest::Digest;
 use super::fetch::{Candidate, Source};
-use super::manifest::{
+use super::registry::manifest::{
     self, Descriptor, Document, Manifest, ManifestError, Resolved, parse_document, parse_manifest,
 };
-use super::reference::ImageRef;
+use super::registry::reference::ImageRef;
 use super::{ImageError, ImageRecord, Images, PullError, UnpackError};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,7 @@ struct Scratch(PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = super::unpack::remove_tree(&self.0);
+        let _ = super::store::content::remove_tree(&self.0);
     }
 }
 
@@ -104,10 +104,10 @@ impl Images {
         let file = fs::File::open(path).map_err(io("opening", path))?;
         let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());
         super::off_thread("extracting an archive", move || {
-            super::unpack::extract_tar(
+            super::store::unpack::extract_tar(
                 file,
                 &dir,
-                super::lower::Lowers::default(),
+                super::store::lower::Lowers::default(),
                 None,
                 reserve,
                 &ingest,
@@ -246,7 +246,7 @@ impl Images {
         media_type: &str,
         files: &mut HashMap<Digest, PathBuf>,
     ) -> Result<Descriptor, ImportError> {
-        let comps = super::extract::clean_path(Path::new(rel))
+        let comps = super::store::extract::clean_path(Path::new(rel))
             .map_err(|e| ImportError::Invalid(e.to_string()))?;
         let path: PathBuf = dir.join(comps.iter().collect::<PathBuf>());
         let p = path.clone();

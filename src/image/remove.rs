@@ -5,7 +5,7 @@ use std::fs;
 
 use super::StorePaths;
 use super::digest::Digest;
-use super::records::Table;
+use super::store::records::Table;
 use super::{ImageError, Images, lock};
 
 /// What one garbage collection deleted.
@@ -105,7 +105,7 @@ impl Images {
             }
         }
         for t in trash {
-            super::unpack::remove_tree(&t).map_err(io("removing", t.clone()))?;
+            super::store::content::remove_tree(&t).map_err(io("removing", t.clone()))?;
         }
         Ok(stats)
     }
@@ -116,7 +116,7 @@ mod tests {
     use super::*;
     use crate::image::LayerRef;
     use crate::image::digest::Algorithm;
-    use crate::image::records::tests::record;
+    use crate::image::store::records::tests::record;
 
     #[test]
     fn layers_named_by_sha512_chain_ids_are_kept_while_used() {

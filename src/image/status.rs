@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use super::records::ImageRecord;
-use super::reference::ImageRef;
+use super::registry::reference::ImageRef;
+use super::store::records::ImageRecord;
 use super::{ImageError, Images};
 
 /// An image as status and list report it.

@@ -35,7 +35,7 @@ use rustix::io::Errno;
 
 use super::lower::{Lowers, Shown};
 use super::sparse::{Sparse, SparseFail, SparseRecords};
-use super::unpack::UnpackError;
+use super::unpack_error::UnpackError;
 
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_MARKER: &str = ".wh..wh..opq";

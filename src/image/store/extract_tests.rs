@@ -6,10 +6,10 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::digest::Digest;
 use super::lower::Lowers;
 use super::space::Reserve;
 use super::unpack::{UnpackError, extract_tar};
+use crate::image::digest::Digest;
 
 /// One hand-made tar entry: the raw name and type byte go into the header as they are.
 struct E {

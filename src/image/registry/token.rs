@@ -3,9 +3,9 @@
 //! (`grant_type=refresh_token`) and the access token it returns is used as a bearer token.
 //! oci-client has no such flow, so this small part is done with reqwest directly.
 
-use super::PullError;
+use super::endpoint::Endpoint;
 use super::http::{FetchError, transport};
-use super::registry::Endpoint;
+use crate::image::PullError;
 
 /// A token response is a few kilobytes of JSON.
 const MAX_TOKEN_RESPONSE: usize = 1 << 20;

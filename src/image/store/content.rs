@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use super::digest::{Algorithm, Digest, Hasher};
+use crate::image::digest::{Algorithm, Digest, Hasher};
 
 #[derive(Debug, Clone)]
 pub struct StorePaths {
@@ -277,7 +277,7 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
     for e in fs::read_dir(paths.ingest_dir())? {
         let e = e?;
         if e.file_type()?.is_dir() {
-            super::unpack::remove_tree(&e.path())?; // an interrupted import's scratch directory
+            remove_tree(&e.path())?; // an interrupted import's scratch directory
         } else {
             fs::remove_file(e.path())?;
         }
@@ -286,11 +286,19 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
     for e in fs::read_dir(paths.layers_dir())? {
         let e = e?;
         if e.file_name().to_string_lossy().starts_with(".tmp-") {
-            super::unpack::remove_tree(&e.path())?;
+            remove_tree(&e.path())?;
             removed += 1;
         }
     }
     Ok(removed)
+}
+
+/// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::digest::Digest;
+use crate::image::digest::Digest;
 
 /// The registry a reference without a domain points at.
 pub const DEFAULT_DOMAIN: &str = "docker.io";

@@ -10,39 +10,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::content::StorePaths;
-use super::digest::{Digest, HashingReader};
+use super::content::{StorePaths, remove_tree};
 use super::extract::Extractor;
 use super::lower::Lowers;
-use super::manifest::Compression;
 use super::space::{Guarded, Reserve, Tripped};
 use super::tar_bounds::TarBounds;
-
-#[derive(Debug, thiserror::Error)]
-pub enum UnpackError {
-    #[error("entry {path:?} escapes the layer directory")]
-    Traversal { path: String },
-    #[error("hard link {path:?} points to {target:?}, which is not a file in this layer")]
-    BadLink { path: String, target: String },
-    #[error("uncompressed layer has digest {actual}, but the image config says {expected}")]
-    DiffId { expected: Digest, actual: Digest },
-    #[error("layer is not a valid (compressed) tar: {0}")]
-    Corrupt(String),
-    #[error("entry {path:?} is a {format} file, which crust cannot unpack")]
-    UnsupportedEntry { path: String, format: String },
-    #[error("entry {path:?} is malformed: {detail}")]
-    BadEntry { path: String, detail: String },
-    #[error("layer has {what}, over crust's limit")]
-    Limit { what: String },
-    #[error("{op} {path}: {source}")]
-    Fs {
-        op: &'static str,
-        path: String,
-        source: io::Error,
-    },
-    #[error("unpacking stopped: {0}")]
-    NoSpace(#[from] super::space::NoSpace),
-}
+pub use super::unpack_error::UnpackError;
+use crate::image::digest::{Digest, HashingReader};
+use crate::image::registry::manifest::Compression;
 
 /// What one unpacked layer uses on disk, saved beside it as `layer.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -186,7 +161,7 @@ fn extract_guarded(
         Compression::None => Box::new(buffered),
     };
     let guarded = Guarded::new(decoder, reserve, store, tripped.clone());
-    let algorithm = diff_id.map_or(super::digest::Algorithm::Sha256, |d| d.algorithm());
+    let algorithm = diff_id.map_or(crate::image::digest::Algorithm::Sha256, |d| d.algorithm());
     let mut hashing = HashingReader::new(guarded, algorithm);
     let root = rustix::fs::open(
         dir,
@@ -277,14 +252,6 @@ pub fn usage(dir: &Path) -> io::Result<(u64, u64)> {
         }
     }
     Ok((bytes, inodes))
-}
-
-/// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
-pub fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
 }
 
 #[cfg(test)]
