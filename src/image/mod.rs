@@ -15,6 +15,8 @@
 mod digest;
 mod fetch;
 mod fsinfo;
+#[doc(hidden)]
+pub mod fuzz;
 mod idle;
 mod import;
 mod pull;
