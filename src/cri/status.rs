@@ -114,7 +114,7 @@ fn store_code(e: &StoreError) -> Code {
 /// or memory are ResourceExhausted (the message names the directory), a read-only or
 /// forbidden store FailedPrecondition (the node's setup), a failing disk Unavailable; only
 /// what should never happen is Internal.
-pub fn io_code(e: &std::io::Error) -> Code {
+fn io_code(e: &std::io::Error) -> Code {
     match e.raw_os_error() {
         Some(libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::ENOMEM) => {
             Code::ResourceExhausted
