@@ -12,6 +12,7 @@ use nix::mount::{MsFlags, mount};
 use tokio::net::UnixListener;
 
 use crate::config::Config;
+use crate::container::{ContainerContext, Containers};
 use crate::cri::{ImageServer, RuntimeServer};
 use crate::network::{Cni, CniSettings};
 use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
@@ -88,9 +89,11 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     let images = Arc::new(tokio::task::block_in_place(|| {
         crate::image::Images::open(crate::image::ImageSettings::from_config(&config), true)
     })?);
+    let containers = start_containers(&config, &sandboxes, &images).await?;
     let listener = bind(&socket)?;
     let runtime = RuntimeServer {
         cni: sandboxes.context().cni.clone(),
+        containers,
         sandboxes,
         cgroup_driver: config.cgroup_driver,
         handlers: config.runtime_handlers.clone(),
@@ -123,6 +126,34 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     Ok(())
 }
 
+/// The container service, after recovering the containers of the previous run.
+async fn start_containers(
+    config: &Config,
+    sandboxes: &Arc<Sandboxes>,
+    images: &Arc<crate::image::Images>,
+) -> Result<Arc<Containers>, DaemonError> {
+    let ctx = ContainerContext::new(
+        &config.state,
+        &config.root,
+        sandboxes.context().cgroups.clone(),
+    );
+    ctx.prepare_dirs().map_err(io(
+        "creating the container directories under",
+        &config.state,
+    ))?;
+    let containers = Containers::new(ctx, sandboxes.clone(), images.clone());
+    let summary = containers.recover().await;
+    tracing::info!(
+        live = summary.live,
+        exited = summary.exited,
+        rolled_back = summary.rolled_back,
+        discarded = summary.discarded,
+        failed = summary.failed,
+        "recovered containers"
+    );
+    Ok(containers)
+}
+
 fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
     let exe = std::env::current_exe().map_err(io("locating", Path::new("/proc/self/exe")))?;
     let cni = Cni::new(CniSettings::from_config(&config.network));
@@ -133,11 +164,11 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         state_dir: config.state.clone(),
         exe,
         cni: Arc::new(cni),
-        cgroups: CgroupSettings {
-            driver: config.cgroup_driver,
-            default_parent: config.default_cgroup_parent.clone(),
-            root: "/sys/fs/cgroup".into(),
-        },
+        cgroups: CgroupSettings::detect(
+            config.cgroup_driver,
+            config.default_cgroup_parent.clone(),
+            "/sys/fs/cgroup".into(),
+        ),
         default_handler: config.default_runtime_handler.clone(),
         handlers: config.runtime_handlers.clone(),
         monitor_timeout: Duration::from_secs(10),

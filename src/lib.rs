@@ -3,11 +3,13 @@
 
 pub mod check;
 pub mod config;
+pub mod container;
 pub mod cri;
 pub mod daemon;
 pub mod image;
 pub mod monitor;
 pub mod network;
+pub mod oci;
 pub mod sandbox;
 pub mod snapshot;
 pub mod stats;

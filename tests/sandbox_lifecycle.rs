@@ -105,9 +105,10 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
         std::fs::read_to_string(d.sandbox_dir(&id).join("resolv.conf")).unwrap(),
         "search ns.svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
     );
-    // The pod cgroup exists and holds the monitor.
+    // The pod cgroup exists and holds the monitor (in its leaf: the pod's containers get
+    // leaves of their own beside it).
     let procs = std::fs::read_to_string(format!(
-        "/sys/fs/cgroup/memory{}/crust-{id}/cgroup.procs",
+        "/sys/fs/cgroup/memory{}/crust-{id}/monitor/cgroup.procs",
         d.cgroup_parent
     ))
     .unwrap();

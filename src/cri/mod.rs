@@ -3,6 +3,8 @@
 //! leave this module (and `stream`); `status.rs` is the one table from domain errors to codes.
 
 pub mod client;
+mod container;
+mod container_rpc;
 mod convert;
 mod deadline;
 pub mod image;

@@ -12,11 +12,13 @@ use super::pb::{self, runtime_service_server::RuntimeService};
 use super::status::{self, invalid, unimplemented};
 use super::{convert, stats};
 use crate::config::CgroupDriver;
+use crate::container::Containers;
 use crate::network::Cni;
 use crate::sandbox::Sandboxes;
 
 pub struct RuntimeServer {
     pub sandboxes: Arc<Sandboxes>,
+    pub containers: Arc<Containers>,
     pub cni: Arc<Cni>,
     pub cgroup_driver: CgroupDriver,
     pub handlers: Vec<String>,
@@ -110,7 +112,7 @@ impl RuntimeService for RuntimeServer {
     ) -> Result<Response<pb::StopPodSandboxResponse>, Status> {
         let id = req.into_inner().pod_sandbox_id;
         async {
-            self.sandboxes.stop(&id).await.inspect_err(log_err)?;
+            self.containers.stop_pod(&id).await.inspect_err(log_err)?;
             tracing::info!("pod sandbox stopped");
             Ok(Response::new(pb::StopPodSandboxResponse {}))
         }
@@ -124,7 +126,7 @@ impl RuntimeService for RuntimeServer {
     ) -> Result<Response<pb::RemovePodSandboxResponse>, Status> {
         let id = req.into_inner().pod_sandbox_id;
         async {
-            self.sandboxes.remove(&id).await.inspect_err(log_err)?;
+            self.containers.remove_pod(&id).await.inspect_err(log_err)?;
             tracing::info!("pod sandbox removed");
             Ok(Response::new(pb::RemovePodSandboxResponse {}))
         }
@@ -193,7 +195,11 @@ impl RuntimeService for RuntimeServer {
                 Some(("NetworkPluginNotReady", e.to_string())),
             ),
         };
-        let runtime = match self.sandboxes.ready() {
+        let runtime = match self
+            .sandboxes
+            .ready()
+            .and_then(|()| self.containers.ready())
+        {
             Ok(()) => condition("RuntimeReady", None),
             Err(e) => condition("RuntimeReady", Some((e.reason, e.message))),
         };
@@ -222,12 +228,15 @@ impl RuntimeService for RuntimeServer {
                 .map(|h| pb::RuntimeHandler {
                     name: h.clone(),
                     features: Some(pb::RuntimeHandlerFeatures {
-                        recursive_read_only_mounts: false,
+                        recursive_read_only_mounts: self.containers.context().host.mount_setattr,
                         user_namespaces: false,
                     }),
                 })
                 .collect(),
-            features: Some(pb::RuntimeFeatures::default()),
+            features: Some(pb::RuntimeFeatures {
+                supplemental_groups_policy: true,
+                ..Default::default()
+            }),
         }))
     }
 
@@ -281,65 +290,78 @@ impl RuntimeService for RuntimeServer {
 
     async fn create_container(
         &self,
-        _: Request<pb::CreateContainerRequest>,
+        req: Request<pb::CreateContainerRequest>,
     ) -> Result<Response<pb::CreateContainerResponse>, Status> {
-        Err(unimplemented("CreateContainer"))
+        Ok(Response::new(
+            self.create_container_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn start_container(
         &self,
-        _: Request<pb::StartContainerRequest>,
+        req: Request<pb::StartContainerRequest>,
     ) -> Result<Response<pb::StartContainerResponse>, Status> {
-        Err(unimplemented("StartContainer"))
+        Ok(Response::new(
+            self.start_container_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn stop_container(
         &self,
-        _: Request<pb::StopContainerRequest>,
+        req: Request<pb::StopContainerRequest>,
     ) -> Result<Response<pb::StopContainerResponse>, Status> {
-        Err(unimplemented("StopContainer"))
+        Ok(Response::new(
+            self.stop_container_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn remove_container(
         &self,
-        _: Request<pb::RemoveContainerRequest>,
+        req: Request<pb::RemoveContainerRequest>,
     ) -> Result<Response<pb::RemoveContainerResponse>, Status> {
-        Err(unimplemented("RemoveContainer"))
+        Ok(Response::new(
+            self.remove_container_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn list_containers(
         &self,
-        _: Request<pb::ListContainersRequest>,
+        req: Request<pb::ListContainersRequest>,
     ) -> Result<Response<pb::ListContainersResponse>, Status> {
-        Err(unimplemented("ListContainers"))
+        Ok(Response::new(self.list_containers_rpc(req.into_inner())))
     }
 
     async fn container_status(
         &self,
-        _: Request<pb::ContainerStatusRequest>,
+        req: Request<pb::ContainerStatusRequest>,
     ) -> Result<Response<pb::ContainerStatusResponse>, Status> {
-        Err(unimplemented("ContainerStatus"))
+        Ok(Response::new(self.container_status_rpc(req.into_inner())?))
     }
 
     async fn update_container_resources(
         &self,
-        _: Request<pb::UpdateContainerResourcesRequest>,
+        req: Request<pb::UpdateContainerResourcesRequest>,
     ) -> Result<Response<pb::UpdateContainerResourcesResponse>, Status> {
-        Err(unimplemented("UpdateContainerResources"))
+        Ok(Response::new(
+            self.update_container_resources_rpc(req.into_inner())
+                .await?,
+        ))
     }
 
     async fn reopen_container_log(
         &self,
-        _: Request<pb::ReopenContainerLogRequest>,
+        req: Request<pb::ReopenContainerLogRequest>,
     ) -> Result<Response<pb::ReopenContainerLogResponse>, Status> {
-        Err(unimplemented("ReopenContainerLog"))
+        Ok(Response::new(
+            self.reopen_container_log_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn exec_sync(
         &self,
-        _: Request<pb::ExecSyncRequest>,
+        req: Request<pb::ExecSyncRequest>,
     ) -> Result<Response<pb::ExecSyncResponse>, Status> {
-        Err(unimplemented("ExecSync"))
+        Ok(Response::new(self.exec_sync_rpc(req.into_inner()).await?))
     }
 
     async fn exec(
@@ -446,9 +468,15 @@ impl RuntimeService for RuntimeServer {
 
     async fn stream_containers(
         &self,
-        _: Request<pb::StreamContainersRequest>,
+        req: Request<pb::StreamContainersRequest>,
     ) -> Result<Response<Self::StreamContainersStream>, Status> {
-        Err(unimplemented("StreamContainers"))
+        let filter = req.into_inner().filter;
+        let all = self
+            .list_containers_rpc(pb::ListContainersRequest { filter })
+            .containers;
+        Ok(batched(all, |containers| pb::StreamContainersResponse {
+            containers,
+        }))
     }
 
     async fn stream_container_stats(
@@ -493,7 +521,7 @@ fn condition(kind: &str, failure: Option<(&str, String)>) -> pb::RuntimeConditio
     }
 }
 
-fn log_err<E: std::fmt::Display>(e: &E) {
+pub(super) fn log_err<E: std::fmt::Display>(e: &E) {
     tracing::warn!(error = %e, "request failed");
 }
 

@@ -2,7 +2,9 @@
 
 use tonic::{Code, Status};
 
+use crate::container::ContainerError;
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
+use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::SandboxError;
 use crate::store::StoreError;
 
@@ -22,21 +24,88 @@ pub fn network_template(pod_cidr: &str, e: &crate::network::CniError) -> Status 
 
 impl From<SandboxError> for Status {
     fn from(e: SandboxError) -> Status {
-        let code = match &e {
-            SandboxError::Invalid(_)
-            | SandboxError::Ambiguous(_)
-            | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
-            SandboxError::NameTaken { .. } => Code::AlreadyExists,
-            SandboxError::NotFound(_) => Code::NotFound,
-            SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => {
-                Code::FailedPrecondition
-            }
-            SandboxError::Run { .. }
-            | SandboxError::Teardown { .. }
-            | SandboxError::Stats { .. }
-            | SandboxError::Store(_) => Code::Internal,
-        };
-        Status::new(code, e.to_string())
+        Status::new(sandbox_code(&e), e.to_string())
+    }
+}
+
+fn sandbox_code(e: &SandboxError) -> Code {
+    match e {
+        SandboxError::Invalid(_)
+        | SandboxError::Ambiguous(_)
+        | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
+        SandboxError::NameTaken { .. } => Code::AlreadyExists,
+        SandboxError::NotFound(_) => Code::NotFound,
+        SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => Code::FailedPrecondition,
+        SandboxError::Run { .. }
+        | SandboxError::Teardown { .. }
+        | SandboxError::Stats { .. }
+        | SandboxError::Store(_) => Code::Internal,
+    }
+}
+
+impl From<ContainerError> for Status {
+    fn from(e: ContainerError) -> Status {
+        Status::new(container_code(&e), e.to_string())
+    }
+}
+
+fn container_code(e: &ContainerError) -> Code {
+    match e {
+        ContainerError::Invalid(_) | ContainerError::Ambiguous(_) => Code::InvalidArgument,
+        ContainerError::NotFound(_) => Code::NotFound,
+        ContainerError::NameTaken { .. } => Code::AlreadyExists,
+        ContainerError::Sandbox(e) => sandbox_code(e),
+        ContainerError::Image(ImageError::Reference(_)) => Code::InvalidArgument,
+        ContainerError::Image(ImageError::NotFound(_)) => Code::NotFound,
+        ContainerError::Image(_) => Code::FailedPrecondition,
+        ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
+        ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::PodNotReady(_) | ContainerError::State { .. } => Code::FailedPrecondition,
+        ContainerError::Create { source, .. } => container_code(source),
+        ContainerError::Monitor { source, .. } => monitor_code(source),
+        ContainerError::Io { source, .. } => io_code(source),
+        ContainerError::Store(StoreError::Write { source, .. }) => io_code(source),
+        ContainerError::Store(_) | ContainerError::Cgroup(_) | ContainerError::Rootfs(_) => {
+            Code::FailedPrecondition
+        }
+        ContainerError::ExecTimeout { .. } | ContainerError::Unkillable { .. } => {
+            Code::DeadlineExceeded
+        }
+        ContainerError::ExecOutputTooLarge { .. } => Code::ResourceExhausted,
+        ContainerError::Teardown { .. } => Code::Unavailable,
+    }
+}
+
+/// The pod's monitor answered with a refusal (its fault says why) or could not be reached.
+fn monitor_code(e: &MonitorError) -> Code {
+    match e {
+        MonitorError::Refused { fault, .. } => match fault {
+            Fault::Invalid => Code::InvalidArgument,
+            Fault::NotFound => Code::NotFound,
+            Fault::State | Fault::Failed => Code::FailedPrecondition,
+        },
+        MonitorError::Setup { .. } => Code::FailedPrecondition,
+        MonitorError::Protocol(_) => Code::Internal,
+        MonitorError::Spawn(_)
+        | MonitorError::Vanished(_)
+        | MonitorError::Timeout(_)
+        | MonitorError::Io(_) => Code::Unavailable,
+    }
+}
+
+/// A full disk or quota is ResourceExhausted; any other I/O failure is the host's state.
+/// A failed system call on the node: a full disk or quota and exhausted descriptors or
+/// memory are ResourceExhausted (messages name the directory), a failing disk Unavailable,
+/// anything else (read-only or forbidden paths, a store changed behind crust's back) the
+/// node's state, FailedPrecondition. Never Internal: these are not crust's bugs.
+fn io_code(e: &std::io::Error) -> Code {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::ENOMEM) => {
+            Code::ResourceExhausted
+        }
+        Some(libc::EIO) => Code::Unavailable,
+        _ if e.kind() == std::io::ErrorKind::StorageFull => Code::ResourceExhausted,
+        _ => Code::FailedPrecondition,
     }
 }
 
@@ -110,22 +179,6 @@ fn store_code(e: &StoreError) -> Code {
     }
 }
 
-/// A failed system call on the node's disk: a full disk or quota and exhausted descriptors
-/// or memory are ResourceExhausted (the message names the directory), a read-only or
-/// forbidden store FailedPrecondition (the node's setup), a failing disk Unavailable; only
-/// what should never happen is Internal.
-fn io_code(e: &std::io::Error) -> Code {
-    match e.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::ENOMEM) => {
-            Code::ResourceExhausted
-        }
-        Some(libc::EROFS | libc::EACCES | libc::EPERM) => Code::FailedPrecondition,
-        Some(libc::EIO) => Code::Unavailable,
-        _ if e.kind() == std::io::ErrorKind::StorageFull => Code::ResourceExhausted,
-        _ => Code::Internal,
-    }
-}
-
 /// A request's work ran in a task of its own and that task failed (it panicked or the runtime
 /// is shutting down): nothing of the request's outcome is known.
 pub fn task_failed(e: tokio::task::JoinError) -> Status {
@@ -160,7 +213,7 @@ mod tests {
         };
         assert_eq!(pull_code(&local), Code::ResourceExhausted);
         assert_eq!(pull_code(&layer(unpack_fs)), Code::ResourceExhausted);
-        assert_eq!(pull_code(&layer(other_fs)), Code::Internal);
+        assert_eq!(pull_code(&layer(other_fs)), Code::FailedPrecondition);
         let traversal = UnpackError::Traversal {
             path: "../x".into(),
         };
@@ -198,7 +251,7 @@ mod tests {
             (libc::ENOSPC, Code::ResourceExhausted),
             (libc::EROFS, Code::FailedPrecondition),
             (libc::EIO, Code::Unavailable),
-            (libc::EBADF, Code::Internal),
+            (libc::EBADF, Code::FailedPrecondition),
         ] {
             let store = StoreError::Write {
                 path: "/r/images/records/x.json".into(),

@@ -78,6 +78,11 @@ impl Images {
         })
     }
 
+    /// Everyone holding an image (container ids).
+    pub fn holders(&self) -> Vec<String> {
+        lock(&self.pins).holds.keys().cloned().collect()
+    }
+
     /// Drops `holder`'s hold, deleting content only it kept (its image was removed meanwhile).
     pub fn release(&self, holder: &str) -> Result<(), ImageError> {
         super::remove_file(self.paths.hold(holder))?;

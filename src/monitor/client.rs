@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
-use super::{Identity, LOG, MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET};
+use super::{
+    ContainerState, CreateRequest, Event, ExecOutput, ExecRequest, Fault, Identity, LOG,
+    MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
@@ -24,6 +27,9 @@ pub enum MonitorError {
     Io(#[from] std::io::Error),
     #[error("monitor: {0}")]
     Protocol(String),
+    /// The monitor answered, refusing the request.
+    #[error("{error}")]
+    Refused { fault: Fault, error: String },
 }
 
 /// A monitor the daemon knows: its identity and its sandbox directory.
@@ -98,7 +104,99 @@ impl MonitorHandle {
                 "socket answered as monitor {}, expected {}",
                 identity.pid, self.identity.pid
             ))),
-            Reply::Err { error } => Err(MonitorError::Protocol(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a container; returns its process id.
+    pub async fn create(&self, req: CreateRequest, timeout: Duration) -> Result<i32, MonitorError> {
+        match request(&self.dir, &Request::Create(Box::new(req)), timeout).await? {
+            Reply::Created { pid } => Ok(pid),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Starts a created container; returns when it started (nanoseconds since the epoch).
+    pub async fn start(&self, id: &str, timeout: Duration) -> Result<i64, MonitorError> {
+        let req = Request::Start { id: id.to_owned() };
+        match request(&self.dir, &req, timeout).await? {
+            Reply::Started { started_at } => Ok(started_at),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Signals a container's process (and with `all`, everything in its cgroup).
+    pub async fn signal(
+        &self,
+        id: &str,
+        signal: nix::sys::signal::Signal,
+        all: bool,
+        timeout: Duration,
+    ) -> Result<(), MonitorError> {
+        let req = Request::Signal {
+            id: id.to_owned(),
+            signal: signal as i32,
+            all,
+        };
+        self.done(&req, timeout).await
+    }
+
+    /// Makes the monitor forget a container (killing what is left of it).
+    pub async fn forget(&self, id: &str, timeout: Duration) -> Result<(), MonitorError> {
+        self.done(&Request::Forget { id: id.to_owned() }, timeout)
+            .await
+    }
+
+    pub async fn reopen_log(&self, id: &str, timeout: Duration) -> Result<(), MonitorError> {
+        self.done(&Request::ReopenLog { id: id.to_owned() }, timeout)
+            .await
+    }
+
+    /// Runs a process in a running container and returns its output.
+    pub async fn exec(
+        &self,
+        req: ExecRequest,
+        timeout: Duration,
+    ) -> Result<ExecOutput, MonitorError> {
+        match request(&self.dir, &Request::Exec(Box::new(req)), timeout).await? {
+            Reply::Exec(out) => Ok(out),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn done(&self, req: &Request, timeout: Duration) -> Result<(), MonitorError> {
+        match request(&self.dir, req, timeout).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Subscribes to the monitor's events: the state of every container it knows, then one
+    /// event per change as it happens.
+    pub async fn subscribe(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Vec<ContainerState>, Subscription), MonitorError> {
+        let open = async {
+            let (_dir, path) = super::short_socket_path(&self.dir, SOCKET)?;
+            let mut stream = UnixStream::connect(path).await?;
+            let mut line = serde_json::to_vec(&Request::Subscribe).unwrap_or_default();
+            line.push(b'\n');
+            stream.write_all(&line).await?;
+            let mut reader = BufReader::new(stream);
+            let mut first = String::new();
+            reader.read_line(&mut first).await?;
+            Ok::<_, std::io::Error>((reader, first))
+        };
+        let (reader, first) = tokio::time::timeout(timeout, open)
+            .await
+            .map_err(|_| MonitorError::Timeout(timeout))??;
+        match serde_json::from_str(&first) {
+            Ok(Reply::Snapshot { containers }) => Ok((containers, Subscription { reader })),
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(MonitorError::Protocol(format!(
+                "unreadable snapshot {first:?}: {e}"
+            ))),
         }
     }
 
@@ -142,6 +240,37 @@ impl MonitorHandle {
     }
 }
 
+/// The events of one monitor, in the order they happened.
+pub struct Subscription {
+    reader: BufReader<UnixStream>,
+}
+
+impl Subscription {
+    /// The next event; `None` when the monitor closed the connection (it exited).
+    pub async fn next(&mut self) -> Option<Event> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.reader.read_line(&mut line).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    if let Ok(event) = serde_json::from_str(&line) {
+                        return Some(event);
+                    }
+                    tracing::warn!(line = %line.trim(), "unreadable monitor event");
+                }
+            }
+        }
+    }
+}
+
+fn unexpected(reply: Reply) -> MonitorError {
+    match reply {
+        Reply::Err { fault, error } => MonitorError::Refused { fault, error },
+        other => MonitorError::Protocol(format!("unexpected answer {other:?}")),
+    }
+}
+
 async fn wait_pidfd(pidfd: &std::os::fd::OwnedFd, timeout: Duration) -> bool {
     let Ok(dup) = pidfd.try_clone() else {
         return false;
@@ -151,6 +280,10 @@ async fn wait_pidfd(pidfd: &std::os::fd::OwnedFd, timeout: Duration) -> bool {
         .unwrap_or(false)
 }
 
+/// The longest answer read from a monitor: an exec's output is bounded by the caller, and
+/// base64 makes it a third longer.
+const MAX_REPLY: u64 = 64 << 20;
+
 async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, MonitorError> {
     let work = async {
         let (_dir, path) = super::short_socket_path(dir, SOCKET)?;
@@ -159,7 +292,10 @@ async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, 
         line.push(b'\n');
         stream.write_all(&line).await?;
         let mut answer = String::new();
-        BufReader::new(stream).read_line(&mut answer).await?;
+        BufReader::new(stream)
+            .take(MAX_REPLY)
+            .read_line(&mut answer)
+            .await?;
         Ok::<_, std::io::Error>(answer)
     };
     let answer = tokio::time::timeout(timeout, work)

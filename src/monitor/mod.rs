@@ -15,13 +15,19 @@
 //! removes them when it tears the pod down.
 
 pub mod client;
+mod exec;
+mod exec_seccomp;
+mod logs;
 mod process;
+mod server;
+mod worker;
+mod workloads;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{MonitorError, MonitorHandle, read_pidfile, spawn};
+pub use client::{MonitorError, MonitorHandle, Subscription, read_pidfile, spawn};
 pub use process::main as run;
 
 /// File names inside the sandbox directory.
@@ -82,8 +88,78 @@ pub struct Identity {
 pub enum Request {
     /// Answers with the monitor's identity.
     Ping,
-    /// Kills every process of the pod, answers, and exits.
+    /// Kills every process of the pod, records the containers' exits, answers, and exits.
     Shutdown,
+    /// Creates a container through libcontainer (its process waits to be started); answers
+    /// `Created`.
+    Create(Box<CreateRequest>),
+    /// Starts a created container; answers `Started`.
+    Start { id: String },
+    /// Sends `signal` to the container's process (and, with `all`, to every process left in
+    /// its cgroup); answers `Done`. A container that already exited is not an error.
+    Signal { id: String, signal: i32, all: bool },
+    /// Forgets a container (killing it first if it still runs); answers `Done`.
+    Forget { id: String },
+    /// Runs a process in a running container and collects its output; answers `Exec`.
+    Exec(Box<ExecRequest>),
+    /// Reopens the container's log file (after kubelet rotated it); answers `Done`.
+    ReopenLog { id: String },
+    /// Keeps the connection: first a `Snapshot` line, then one `Event` line per change.
+    Subscribe,
+}
+
+/// Everything the monitor needs to create and then watch one container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    pub id: String,
+    /// The OCI bundle: holds `config.json`, whose root path is the mounted rootfs.
+    pub bundle: PathBuf,
+    /// libcontainer's state root (its container directory is `<runtime_root>/<id>`).
+    pub runtime_root: PathBuf,
+    /// crust's directory for the container: the exit record and the runtime log go here.
+    pub dir: PathBuf,
+    /// The CRI log file; `None`: output is read and dropped.
+    pub log_path: Option<PathBuf>,
+    pub tty: bool,
+    pub stdin: bool,
+    pub stdin_once: bool,
+    /// libcontainer manages the cgroup through systemd.
+    pub systemd: bool,
+    /// The container's memory cgroup directory, read for OOM kills when it exits.
+    pub memory_cgroup: Option<PathBuf>,
+    /// A `cgroup.procs` of the container's cgroup: what is left there is killed when its
+    /// main process exits, unless the container has a PID namespace of its own (then the
+    /// kernel does it).
+    pub cgroup_procs: Option<PathBuf>,
+    pub own_pid_namespace: bool,
+}
+
+/// A process to run in a running container (ExecSync).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    pub id: String,
+    pub runtime_root: PathBuf,
+    /// The OCI process to run (the container's user, env, capabilities, with new args).
+    pub process: oci_spec::runtime::Process,
+    /// Killed after this long; `None`: no limit.
+    pub timeout_ms: Option<u64>,
+    /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
+    pub max_output: usize,
+}
+
+/// What went wrong, for the daemon's error codes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The request cannot work as asked (e.g. the command does not exist in the image).
+    Invalid,
+    /// The monitor does not know the container.
+    NotFound,
+    /// The container is not in a state that allows the request.
+    State,
+    /// Anything else: a failed system call, libcontainer's own failure.
+    #[default]
+    Failed,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,8 +170,104 @@ pub enum Reply {
         identity: Identity,
     },
     Err {
+        #[serde(default)]
+        fault: Fault,
         error: String,
     },
+    Created {
+        pid: i32,
+    },
+    Started {
+        started_at: i64,
+    },
+    Done,
+    Exec(ExecOutput),
+    Snapshot {
+        containers: Vec<ContainerState>,
+    },
+}
+
+/// The outcome of an Exec request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    #[serde(with = "b64")]
+    pub stdout: Vec<u8>,
+    #[serde(with = "b64")]
+    pub stderr: Vec<u8>,
+    /// The process outlived the timeout and was killed.
+    pub timed_out: bool,
+    /// stdout or stderr was longer than `max_output`: only its start is here.
+    pub truncated: bool,
+}
+
+/// A container as its monitor sees it, in the Snapshot that opens a subscription.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerState {
+    pub id: String,
+    pub pid: Option<i32>,
+    pub started_at: Option<i64>,
+    pub exit: Option<ExitInfo>,
+}
+
+/// One change the monitor pushes to subscribers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Exited { id: String, exit: ExitInfo },
+}
+
+/// How a container's process ended, as its monitor recorded it (durably, in the container's
+/// directory, before telling anyone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// The exit status, or 128 + the signal that killed it.
+    pub code: i32,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+    /// Nanoseconds since the epoch.
+    pub finished_at: i64,
+    /// The kernel's OOM killer ended it (read from the container's cgroup, not guessed).
+    pub oom_killed: bool,
+    /// Why it ended, for ContainerStatus.message (empty when it simply exited).
+    pub message: String,
+}
+
+impl crate::store::Record for ExitInfo {
+    const VERSION: u32 = 1;
+}
+
+impl ExitInfo {
+    /// CRI's reason: `OOMKilled`, `Completed` (exit 0) or `Error`.
+    pub fn reason(&self) -> &'static str {
+        if self.oom_killed {
+            "OOMKilled"
+        } else if self.code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        }
+    }
+}
+
+/// File names inside a container's directory.
+pub const EXIT_FILE: &str = "exit.json";
+pub const RUNTIME_LOG: &str = "runtime.log";
+
+/// Bytes as base64 strings in the JSON lines.
+mod b64 {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// A path to `dir/name` short enough for a unix socket address (108 bytes), however long `dir`

@@ -2,21 +2,17 @@
 //! init now, containers later), and a fork is only sound when no other thread can hold a lock.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::time::Duration;
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal, kill};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, setsid};
 
-use super::{Identity, MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET};
+use super::{Identity, MonitorConfig, PIDFILE, Ready, SOCKET};
 use crate::sys::{self, ForkResult};
 
 /// Entry point of `crust monitor`; returns the process exit code.
@@ -39,7 +35,8 @@ pub fn main() -> i32 {
 
 fn run(config: MonitorConfig) -> i32 {
     // SIGCHLD stays blocked for the monitor's whole life and is read from a signalfd, so no
-    // child's exit can slip by between setup and the serve loop.
+    // child's exit can slip by between setup and the serve loop. (Runtime workers unblock it
+    // before anything of theirs can reach a container.)
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     let _ = mask.thread_block();
@@ -69,8 +66,7 @@ fn run(config: MonitorConfig) -> i32 {
     ));
     // From here on the monitor idles in its loop: let go of the code only start-up needed.
     sys::trim_code_pages();
-    serve(&config, identity, listener, &mut pod);
-    0
+    super::server::run(config, identity, listener, pod.init.take())
 }
 
 /// The processes the monitor answers for.
@@ -100,6 +96,8 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         nix::sys::prctl::set_child_subreaper(true),
     )?;
     let pins = &config.pins;
+    // The monitor's own PID namespace, to return to once the pod's init exists (see below).
+    let own_pid_ns = step("open own PID namespace", File::open("/proc/self/ns/pid"))?;
     let mut flags = CloneFlags::empty();
     for (pin, flag) in [
         (&pins.net, CloneFlags::CLONE_NEWNET),
@@ -138,6 +136,13 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         step(
             "pin namespaces",
             pin_namespace(&format!("/proc/{init}/ns/pid"), pin),
+        )?;
+        // Later children (runtime workers, and through them containers) are created in the
+        // monitor's own namespace again: a worker must see pids as the monitor does, and
+        // libcontainer joins the pod's namespace itself, through its pin.
+        step(
+            "return to own PID namespace",
+            nix::sched::setns(&own_pid_ns, CloneFlags::CLONE_NEWPID),
         )?;
     }
     let pid = std::process::id() as i32;
@@ -201,85 +206,6 @@ fn start_init() -> nix::Result<Pid> {
     }
 }
 
-fn serve(config: &MonitorConfig, identity: Identity, listener: UnixListener, pod: &mut Pod) {
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
-    let Ok(sigfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-    else {
-        log("signalfd failed; exiting");
-        return;
-    };
-    loop {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
-        ];
-        if poll(&mut fds, PollTimeout::NONE).is_err() {
-            continue;
-        }
-        let (conn_ready, sig_ready) = (readable(&fds[0]), readable(&fds[1]));
-        if sig_ready {
-            while let Ok(Some(_)) = sigfd.read_signal() {}
-            reap(pod);
-        }
-        if conn_ready {
-            if let Ok((stream, _)) = listener.accept() {
-                if handle(config, identity, stream, pod) {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn readable(fd: &PollFd) -> bool {
-    fd.revents()
-        .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
-}
-
-fn reap(pod: &mut Pod) {
-    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-        let Some(pid) = status.pid() else { break };
-        if pod.init == Some(pid) {
-            log(&format!("pod init {pid} exited: {status:?}"));
-            pod.init = None;
-        }
-    }
-}
-
-/// Serves one request; returns true when the monitor should exit.
-fn handle(config: &MonitorConfig, identity: Identity, stream: UnixStream, pod: &mut Pod) -> bool {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    let mut line = String::new();
-    if BufReader::new(&stream).read_line(&mut line).is_err() {
-        return false;
-    }
-    let ok = Reply::Ok {
-        sandbox_id: config.sandbox_id.clone(),
-        identity,
-    };
-    let (reply, exit) = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Ping) => (ok, false),
-        Ok(Request::Shutdown) => {
-            pod.kill_all();
-            let _ = std::fs::remove_file(config.dir.join(SOCKET));
-            log("shutdown requested");
-            (ok, true)
-        }
-        Err(e) => (
-            Reply::Err {
-                error: format!("bad request: {e}"),
-            },
-            false,
-        ),
-    };
-    let mut out = serde_json::to_vec(&reply).unwrap_or_default();
-    out.push(b'\n');
-    let _ = (&stream).write_all(&out);
-    exit
-}
-
 fn report(ready: &Ready) {
     let mut line = serde_json::to_vec(ready).unwrap_or_default();
     line.push(b'\n');
@@ -302,7 +228,7 @@ fn report_failure(step: &str, error: &str) -> i32 {
 }
 
 /// Log lines go to stderr, which the daemon points at `monitor.log` in the sandbox directory.
-fn log(msg: &str) {
+pub(super) fn log(msg: &str) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

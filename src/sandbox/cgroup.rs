@@ -1,10 +1,18 @@
-//! The pod cgroup, through libcgroups (the library libcontainer uses, so crust has one cgroup
-//! implementation). With the cgroupfs driver the pod cgroup is `<parent>/crust-<id>`; with the
-//! systemd driver it is the scope `crust-<id>.scope` in the parent slice.
+//! Pod and container cgroups, through libcgroups (the library libcontainer uses, so crust has
+//! one cgroup implementation), on cgroup v1, hybrid or v2 (detected, never assumed).
+//!
+//! Layout with the cgroupfs driver: the pod cgroup is `<parent>/crust-<pod id>`; the pod's
+//! monitor lives in its leaf `monitor`, each container in `<pod cgroup>/<container id>`, so the
+//! pod cgroup holds (and its statistics cover) everything of the pod, and on cgroup v2 no
+//! process sits in a cgroup that has children (the "no internal processes" rule). With the
+//! systemd driver the monitor's scope is `crust-<pod id>.scope` and each container's
+//! `crust-<container id>.scope`, side by side in the parent slice, as kubelet's systemd driver
+//! expects (scopes cannot nest).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use libcgroups::common::{AnyCgroupManager, CgroupConfig, CgroupManager};
+use libcgroups::common::{AnyCgroupManager, CgroupConfig, CgroupManager, CgroupSetup};
 
 use crate::config::CgroupDriver;
 
@@ -20,9 +28,28 @@ pub struct CgroupSettings {
     pub default_parent: String,
     /// The cgroup filesystem root, normally `/sys/fs/cgroup`.
     pub root: PathBuf,
+    /// Pure cgroup v2 (else v1 or hybrid: controllers on v1 hierarchies).
+    pub unified: bool,
 }
 
+/// The monitor's leaf inside a cgroupfs pod cgroup.
+const MONITOR_LEAF: &str = "monitor";
+
 impl CgroupSettings {
+    /// Settings for the hierarchy mounted at `root`.
+    pub fn detect(driver: CgroupDriver, default_parent: String, root: PathBuf) -> CgroupSettings {
+        let unified = matches!(
+            libcgroups::common::get_cgroup_setup_with_root(&root),
+            Ok(CgroupSetup::Unified)
+        );
+        CgroupSettings {
+            driver,
+            default_parent,
+            root,
+            unified,
+        }
+    }
+
     /// The pod cgroup's name for `parent` (the request's `cgroup_parent`, maybe empty).
     pub fn pod_path(&self, parent: &str, id: &str) -> String {
         let parent = if parent.is_empty() {
@@ -33,6 +60,45 @@ impl CgroupSettings {
         match self.driver {
             CgroupDriver::Cgroupfs => format!("{}/crust-{id}", parent.trim_end_matches('/')),
             CgroupDriver::Systemd => format!("{parent}:crust:{id}"),
+        }
+    }
+
+    /// The cgroup of container `id` of the pod whose cgroup is `pod`.
+    pub fn container_path(&self, pod: &str, id: &str) -> String {
+        match self.driver {
+            CgroupDriver::Cgroupfs => format!("{pod}/{id}"),
+            CgroupDriver::Systemd => {
+                let slice = pod.split(':').next().unwrap_or_default();
+                format!("{slice}:crust:{id}")
+            }
+        }
+    }
+
+    fn monitor_path(&self, pod: &str) -> String {
+        match self.driver {
+            CgroupDriver::Cgroupfs => format!("{pod}/{MONITOR_LEAF}"),
+            CgroupDriver::Systemd => pod.to_owned(),
+        }
+    }
+
+    /// The cgroup's directory relative to a hierarchy root (`/a/b`), as the kernel names it
+    /// in `/proc/<pid>/cgroup`.
+    pub fn relative_dir(&self, path: &str) -> PathBuf {
+        match self.driver {
+            CgroupDriver::Cgroupfs => PathBuf::from(path),
+            CgroupDriver::Systemd => systemd_dir(path),
+        }
+    }
+
+    /// The directory of `path` in the hierarchy holding `controller` (on v2, the one
+    /// hierarchy).
+    pub fn controller_dir(&self, path: &str, controller: &str) -> PathBuf {
+        let rel = self.relative_dir(path);
+        let rel = rel.strip_prefix("/").unwrap_or(&rel);
+        if self.unified {
+            self.root.join(rel)
+        } else {
+            self.root.join(controller).join(rel)
         }
     }
 
@@ -50,6 +116,11 @@ impl CgroupSettings {
             .map_err(|e| err(path, e))
     }
 
+    /// Creates the pod cgroup `pod` and moves the monitor's `pids` into their place in it.
+    pub fn create_pod(&self, pod: &str, pids: &[i32]) -> Result<(), CgroupError> {
+        self.create(&self.monitor_path(pod), pids)
+    }
+
     /// Creates the cgroup (if needed) and moves `pids` into it.
     pub fn create(&self, path: &str, pids: &[i32]) -> Result<(), CgroupError> {
         let manager = self.manager(path)?;
@@ -61,10 +132,20 @@ impl CgroupSettings {
         Ok(())
     }
 
-    /// Kills whatever is left in the cgroup and removes it; a missing cgroup is not an error.
+    /// Kills whatever is left in the cgroup and its children and removes them all; a missing
+    /// cgroup is not an error.
     pub fn remove(&self, path: &str) -> Result<(), CgroupError> {
         if path.is_empty() {
             return Ok(());
+        }
+        // Children first: a cgroup with children cannot be removed, and libcgroups removes
+        // one directory.
+        if self.driver == CgroupDriver::Cgroupfs {
+            for root in hierarchy_roots(&self.root) {
+                let rel = self.relative_dir(path);
+                let dir = root.join(rel.strip_prefix("/").unwrap_or(&rel));
+                remove_children(&dir).map_err(|e| err(path, e))?;
+            }
         }
         self.manager(path)?.remove().map_err(|e| err(path, e))
     }
@@ -81,6 +162,115 @@ impl CgroupSettings {
             .map(|pids| pids.into_iter().map(|p| p.as_raw()).collect())
             .unwrap_or_default()
     }
+
+    /// Applies `resources` to the live cgroup.
+    pub fn apply(
+        &self,
+        path: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+    ) -> Result<(), CgroupError> {
+        let opt = libcgroups::common::ControllerOpt {
+            resources,
+            freezer_state: None,
+            oom_score_adj: None,
+            disable_oom_killer: false,
+        };
+        self.manager(path)?.apply(&opt).map_err(|e| err(path, e))
+    }
+}
+
+/// Every mounted cgroup hierarchy under `root`: the controllers' directories on v1 (each
+/// controller of a co-mounted pair once), the root itself on v2, both on hybrid hosts.
+fn hierarchy_roots(root: &Path) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    if root.join("cgroup.controllers").exists() {
+        roots.push(root.to_owned());
+        return roots;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return roots;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        // Symlinks (`cpu` -> `cpu,cpuacct`) name a hierarchy already listed.
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && path.join("cgroup.procs").exists() {
+            roots.push(path);
+        }
+    }
+    roots
+}
+
+/// Removes the child cgroups of `dir`, deepest first, killing what runs in them.
+fn remove_children(dir: &Path) -> std::io::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let child = e.path();
+            remove_children(&child)?;
+            kill_members(&child);
+            remove_dir_with_retry(&child)?;
+        }
+    }
+    Ok(())
+}
+
+fn kill_members(dir: &Path) {
+    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// A cgroup is busy until the kernel finished the exits of its killed members.
+fn remove_dir_with_retry(dir: &Path) -> std::io::Result<()> {
+    let mut delay = Duration::from_millis(1);
+    for _ in 0..12 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(_) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(100));
+            }
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// `slice:prefix:name` as a directory: the slice expanded into its parents
+/// (`a-b.slice` -> `/a.slice/a-b.slice`), then the scope `prefix-name.scope`.
+fn systemd_dir(path: &str) -> PathBuf {
+    let mut parts = path.splitn(3, ':');
+    let (slice, prefix, name) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let mut dir = PathBuf::from("/");
+    if let Some(stem) = slice
+        .strip_suffix(".slice")
+        .filter(|s| *s != "-" && !s.is_empty())
+    {
+        let mut acc = String::new();
+        for part in stem.split('-') {
+            if !acc.is_empty() {
+                acc.push('-');
+            }
+            acc.push_str(part);
+            dir.push(format!("{acc}.slice"));
+        }
+    }
+    dir.push(format!("{prefix}-{name}.scope"));
+    dir
 }
 
 fn err(path: &str, e: impl std::fmt::Display) -> CgroupError {
@@ -94,22 +284,50 @@ fn err(path: &str, e: impl std::fmt::Display) -> CgroupError {
 mod tests {
     use super::*;
 
-    #[test]
-    fn pod_paths_per_driver() {
-        let mut s = CgroupSettings {
-            driver: CgroupDriver::Cgroupfs,
+    fn settings(driver: CgroupDriver, unified: bool) -> CgroupSettings {
+        CgroupSettings {
+            driver,
             default_parent: "/crust".into(),
             root: "/sys/fs/cgroup".into(),
-        };
+            unified,
+        }
+    }
+
+    #[test]
+    fn pod_and_container_paths_per_driver() {
+        let s = settings(CgroupDriver::Cgroupfs, false);
         assert_eq!(s.pod_path("", "ab"), "/crust/crust-ab");
+        let pod = s.pod_path("/kubepods/pod1/", "ab");
+        assert_eq!(pod, "/kubepods/pod1/crust-ab");
+        assert_eq!(s.container_path(&pod, "cd"), "/kubepods/pod1/crust-ab/cd");
+        assert_eq!(s.monitor_path(&pod), "/kubepods/pod1/crust-ab/monitor");
         assert_eq!(
-            s.pod_path("/kubepods/pod1/", "ab"),
-            "/kubepods/pod1/crust-ab"
+            s.controller_dir(&pod, "memory"),
+            Path::new("/sys/fs/cgroup/memory/kubepods/pod1/crust-ab")
         );
-        s.driver = CgroupDriver::Systemd;
+        let s = settings(CgroupDriver::Systemd, true);
+        let pod = s.pod_path("kubepods-burstable-pod1.slice", "ab");
+        assert_eq!(pod, "kubepods-burstable-pod1.slice:crust:ab");
         assert_eq!(
-            s.pod_path("kubepods-pod1.slice", "ab"),
-            "kubepods-pod1.slice:crust:ab"
+            s.container_path(&pod, "cd"),
+            "kubepods-burstable-pod1.slice:crust:cd"
         );
+        assert_eq!(s.monitor_path(&pod), pod);
+        assert_eq!(
+            s.controller_dir(&s.container_path(&pod, "cd"), "memory"),
+            Path::new(
+                "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/\
+                 kubepods-burstable-pod1.slice/crust-cd.scope"
+            )
+        );
+    }
+
+    #[test]
+    fn systemd_paths_expand_slices() {
+        assert_eq!(
+            systemd_dir("system.slice:crust:x"),
+            Path::new("/system.slice/crust-x.scope")
+        );
+        assert_eq!(systemd_dir("-.slice:crust:x"), Path::new("/crust-x.scope"));
     }
 }

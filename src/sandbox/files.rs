@@ -9,6 +9,10 @@ use super::model::{DnsConfig, SandboxSpec};
 pub const RESOLV_CONF: &str = "resolv.conf";
 pub const HOSTNAME: &str = "hostname";
 pub const HOSTS: &str = "hosts";
+/// The pod's `/dev/shm`: one tmpfs its containers share (they share its IPC namespace).
+pub const SHM: &str = "shm";
+/// The size of the pod's /dev/shm, as containerd and Docker give one.
+const SHM_SIZE: &str = "size=65536k";
 
 const DEFAULT_HOSTS: &str = "127.0.0.1\tlocalhost\n\
 ::1\tlocalhost ip6-localhost ip6-loopback\n\
@@ -32,6 +36,30 @@ pub fn write(dir: &Path, spec: &SandboxSpec, hostname: &str) -> std::io::Result<
         DEFAULT_HOSTS.to_owned()
     };
     std::fs::write(dir.join(HOSTS), hosts)
+}
+
+/// Mounts the pod's /dev/shm tmpfs at `<dir>/shm`.
+pub fn mount_shm(dir: &Path) -> std::io::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    let target = dir.join(SHM);
+    std::fs::create_dir_all(&target)?;
+    mount(
+        Some("shm"),
+        &target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(format!("mode=1777,{SHM_SIZE}").as_str()),
+    )?;
+    Ok(())
+}
+
+/// Unmounts the pod's /dev/shm; one that is not mounted is fine.
+pub fn unmount_shm(dir: &Path) -> std::io::Result<()> {
+    use nix::errno::Errno;
+    match nix::mount::umount2(&dir.join(SHM), nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub fn resolv_conf(dns: &DnsConfig) -> String {

@@ -9,9 +9,9 @@
 //!   creation starts and released when the sandbox is removed or its creation fails.
 
 pub mod cgroup;
-mod files;
+pub mod files;
 pub mod model;
-mod ready;
+pub(crate) mod ready;
 mod recover;
 mod remove;
 mod run;

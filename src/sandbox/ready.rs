@@ -20,8 +20,12 @@ impl Sandboxes {
     /// Ok when pods can be created; otherwise the first thing in the way.
     pub fn ready(&self) -> Result<(), NotReady> {
         let ctx = self.context();
-        writable(&ctx.sandboxes_dir(), "StateNotWritable", "sandbox records")?;
-        writable(&ctx.ns_dir(), "StateNotWritable", "namespace pins")?;
+        writable(
+            &ctx.sandboxes_dir(),
+            "StateNotWritable",
+            "pod sandbox records",
+        )?;
+        writable(&ctx.ns_dir(), "StateNotWritable", "pod namespace pins")?;
         let root = &ctx.cgroups.root;
         // cgroup v2 has one hierarchy; on v1 the memory controller stands for the others.
         let hierarchy = if root.join("cgroup.controllers").exists() {
@@ -33,7 +37,7 @@ impl Sandboxes {
     }
 }
 
-fn writable(dir: &Path, reason: &'static str, what: &str) -> Result<(), NotReady> {
+pub(crate) fn writable(dir: &Path, reason: &'static str, what: &str) -> Result<(), NotReady> {
     let problem = match rustix::fs::statvfs(dir) {
         Err(e) => e.to_string(),
         Ok(s) if s.f_flag.contains(StatVfsMountFlags::RDONLY) => "read-only filesystem".into(),
@@ -42,7 +46,7 @@ fn writable(dir: &Path, reason: &'static str, what: &str) -> Result<(), NotReady
     Err(NotReady {
         reason,
         message: format!(
-            "cannot create pod sandboxes: {what} go in {}: {problem}",
+            "cannot create {what}: they go in {}: {problem}",
             dir.display()
         ),
     })

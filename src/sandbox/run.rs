@@ -64,6 +64,7 @@ impl Sandboxes {
             self.save(&record)
                 .map_err(|e| std::io::Error::other(e.to_string()))
         }) {
+            let _ = files::unmount_shm(&record.dir);
             let _ = std::fs::remove_dir_all(&record.dir);
             return Err(SandboxError::Run {
                 step: "prepare sandbox directory",
@@ -217,7 +218,11 @@ fn prepare(record: &SandboxRecord, hostname: &str) -> std::io::Result<()> {
     if !record.spec.log_directory.is_empty() {
         std::fs::create_dir_all(&record.spec.log_directory)?;
     }
-    files::write(&record.dir, &record.spec, hostname)
+    files::write(&record.dir, &record.spec, hostname)?;
+    if record.pins.ipc.is_some() {
+        files::mount_shm(&record.dir)?;
+    }
+    Ok(())
 }
 
 async fn bring_up(
@@ -258,7 +263,7 @@ async fn bring_up(
     let cgroup = tokio::task::spawn_blocking(move || {
         let _in = span.enter();
         let _t = Timed::start("pod cgroup created");
-        cgroups.create(&path, &pids)
+        cgroups.create_pod(&path, &pids)
     });
     let (net, cg) = tokio::join!(network, cgroup);
     let net = net.map_err(|e| ("set up the pod network", e.to_string()))?;

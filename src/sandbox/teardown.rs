@@ -40,6 +40,9 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
             errors.push(format!("stop monitor: {e}"));
         }
     }
+    if let Err(e) = super::files::unmount_shm(&record.dir) {
+        errors.push(format!("unmount the pod's /dev/shm: {e}"));
+    }
     let pins = &record.pins;
     for pin in [&pins.ipc, &pins.uts, &pins.pid].into_iter().flatten() {
         if let Err(e) = unpin(pin) {

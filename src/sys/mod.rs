@@ -57,6 +57,21 @@ pub async fn pidfd_wait(pidfd: OwnedFd, timeout: Option<std::time::Duration>) ->
     }
 }
 
+/// A value that owns the file descriptor it reports (so the descriptor stays open, and names
+/// the same file, for as long as the value lives).
+pub trait OwnsFd: AsRawFd {}
+impl OwnsFd for OwnedFd {}
+impl OwnsFd for nix::sys::signalfd::SignalFd {}
+
+/// Registers an owned descriptor with the tokio reactor, for readiness. Needs a runtime.
+pub fn async_fd<T: OwnsFd>(fd: T) -> io::Result<tokio::io::unix::AsyncFd<T>> {
+    use tokio::io::{Interest, unix::AsyncFd};
+    // SAFETY: `T: OwnsFd` owns its descriptor, which the AsyncFd now owns with it: it stays
+    // open and names the same file description until the AsyncFd drops it.
+    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE | Interest::WRITABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))
+}
+
 /// Drops this process's resident pages of executable code (the crust binary's text and its
 /// libraries'), and asks for them to be faulted back one page at a time instead of in 64 KiB
 /// batches. A long-lived, mostly idle process (the monitor) then holds only the code it runs
@@ -124,6 +139,82 @@ pub fn release_free_heap() {
 pub fn fork_single_threaded() -> nix::Result<ForkResult> {
     // SAFETY: see the function contract: the only callers run in single-threaded processes.
     unsafe { nix::unistd::fork() }
+}
+
+/// Puts every signal back to its default disposition and unblocks them all: a process forked
+/// from the monitor (which blocks SIGCHLD, and whose Rust runtime ignores SIGPIPE) must not hand
+/// either down to a container, since both survive exec.
+pub fn reset_signals() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for signal in Signal::iterator() {
+        if matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL runs no code of ours in signal context.
+        let _ = unsafe { sigaction(signal, &default) };
+    }
+    let _ = SigSet::all().thread_unblock();
+}
+
+/// Ends the calling process at once, without running exit handlers or flushing buffers that
+/// belong to the process it was forked from.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit only ends the process; it never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Whether the calling process has a single thread, the condition for `fork_single_threaded`.
+pub fn is_single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
+}
+
+/// Receives one file descriptor sent over `stream` with SCM_RIGHTS (how a container's init
+/// hands over its tty master).
+pub fn receive_fd(stream: &std::os::unix::net::UnixStream) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut data = [0u8; 256];
+    let mut iov = [io::IoSliceMut::new(&mut data)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            if let Some(&fd) = fds.first() {
+                // SAFETY: the kernel just installed this descriptor in our table for us; no
+                // one else owns it. (Any further ones are closed below.)
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                for &extra in &fds[1..] {
+                    // SAFETY: as above; these are ours to close.
+                    drop(unsafe { OwnedFd::from_raw_fd(extra) });
+                }
+                return Ok(owned);
+            }
+        }
+    }
+    Err(io::Error::other("no file descriptor in the message"))
+}
+
+/// Whether the kernel has mount_setattr(2) (Linux 5.12), which recursive read-only mounts
+/// need: probed with arguments it must refuse, telling ENOSYS from the refusal.
+pub fn has_mount_setattr() -> bool {
+    // SAFETY: an invalid descriptor and a null attribute pointer of size 0: the kernel checks
+    // them and returns an error without reading or writing memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1,
+            c"".as_ptr(),
+            0,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+        )
+    };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
 }
 
 /// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.

@@ -159,6 +159,21 @@ impl Daemon {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
     }
 
+    /// Adds TOML to the config file (before the daemon starts).
+    pub fn append_config(&self, toml: &str) {
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        text.push_str(toml);
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub async fn images(
+        &self,
+    ) -> crust::cri::pb::image_service_client::ImageServiceClient<Channel> {
+        crust::cri::client::image(self.socket.to_str().unwrap())
+            .await
+            .unwrap()
+    }
+
     pub async fn client(&self) -> RuntimeServiceClient<Channel> {
         crust::cri::client::runtime(self.socket.to_str().unwrap())
             .await
@@ -223,22 +238,37 @@ impl Daemon {
             .collect()
     }
 
-    /// Pod cgroups left under this daemon's cgroup parent, per v1 controller.
+    /// Pod cgroups left under this daemon's cgroup parent, in every hierarchy (v1 or v2).
     pub fn pod_cgroups(&self) -> Vec<String> {
         let mut left = Vec::new();
-        for ctrl in [
-            "memory", "cpu", "pids", "freezer", "blkio", "devices", "cpuset",
-        ] {
-            let dir = Path::new("/sys/fs/cgroup")
-                .join(ctrl)
-                .join(self.cgroup_parent.trim_start_matches('/'));
+        for root in cgroup_roots() {
+            let dir = root.join(self.cgroup_parent.trim_start_matches('/'));
             for e in Daemon::entries(&dir) {
                 if e.starts_with("crust-") {
-                    left.push(format!("{ctrl}/{e}"));
+                    left.push(format!("{}/{e}", dir.display()));
                 }
             }
         }
         left
+    }
+
+    /// The directory of cgroup `path` (as crust names it, cgroupfs driver) in the hierarchy
+    /// of `controller` (v1), or the unified one (v2). Panics when it is not there: a test
+    /// that finds nothing to inspect fails.
+    pub fn cgroup_dir(path: &str, controller: &str) -> PathBuf {
+        let root = Path::new("/sys/fs/cgroup");
+        let rel = path.trim_start_matches('/');
+        let dir = if root.join("cgroup.controllers").exists() {
+            root.join(rel)
+        } else {
+            root.join(controller).join(rel)
+        };
+        assert!(
+            dir.is_dir(),
+            "cgroup {path} ({controller}) not found at {}",
+            dir.display()
+        );
+        dir
     }
 
     /// Live `crust monitor` processes serving this daemon's sandboxes.
@@ -284,6 +314,42 @@ impl Daemon {
     }
 }
 
+/// Every cgroup hierarchy mounted under /sys/fs/cgroup: the root on v2, each controller's on
+/// v1 (and the unified one of a hybrid host).
+pub fn cgroup_roots() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_owned()];
+    }
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| p.join("cgroup.procs").exists())
+        .collect()
+}
+
+/// Kills what runs in `dir` and its children, and removes them, deepest first.
+fn remove_cgroup_tree(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+    }
+    for _ in 0..50 {
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 pub fn procfs_pids() -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
@@ -308,25 +374,9 @@ impl Drop for Daemon {
         for m in mounts {
             let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
         }
-        for ctrl in [
-            "memory",
-            "cpu,cpuacct",
-            "pids",
-            "freezer",
-            "blkio",
-            "devices",
-            "cpuset",
-            "hugetlb",
-        ] {
-            let dir = Path::new("/sys/fs/cgroup")
-                .join(ctrl)
-                .join(self.cgroup_parent.trim_start_matches('/'));
-            for e in Daemon::entries(&dir) {
-                if e.starts_with("crust-") {
-                    let _ = std::fs::remove_dir(dir.join(e));
-                }
-            }
-            let _ = std::fs::remove_dir(&dir);
+        for root in cgroup_roots() {
+            let dir = root.join(self.cgroup_parent.trim_start_matches('/'));
+            remove_cgroup_tree(&dir);
         }
         let _ = Command::new("ip")
             .args(["link", "del", &self.bridge])

@@ -2,6 +2,9 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod oci_build;
+pub mod registry;
+pub mod workload;
 
 pub use daemon::Daemon;
 

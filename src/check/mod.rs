@@ -1,27 +1,52 @@
 //! `crust check`: inspects the host for what crust needs and prints one line per check, so an
-//! operator learns what is missing before kubelet does.
+//! operator learns what is missing before kubelet does. A `warn` line names something that
+//! works but disables a feature or is close to a limit; a `FAIL` line, something in the way.
+
+mod containers;
 
 use std::path::Path;
 
 use crate::config::Config;
 use crate::network::{Cni, CniSettings};
 
+/// One check's finding.
+pub enum Finding {
+    Ok(String),
+    /// Works, but a feature is off or a limit is near; says what it disables.
+    Warn(String),
+    Fail(String),
+}
+
+impl From<Result<String, String>> for Finding {
+    fn from(r: Result<String, String>) -> Finding {
+        match r {
+            Ok(detail) => Finding::Ok(detail),
+            Err(problem) => Finding::Fail(problem),
+        }
+    }
+}
+
 /// Runs every check, prints the results, and returns the failures.
 pub fn run(config: &Config) -> Vec<String> {
-    let checks: Vec<(&str, Result<String, String>)> = vec![
-        ("root", root()),
-        ("namespaces", namespaces()),
-        ("cgroups", cgroups()),
-        ("overlayfs", overlayfs()),
-        ("cni", cni(config)),
-        ("storage", storage(config)),
-        ("mirrors", mirrors(config)),
+    let checks: Vec<(&str, Finding)> = vec![
+        ("root", root().into()),
+        ("namespaces", namespaces().into()),
+        ("cgroups", cgroups().into()),
+        ("controllers", containers::controllers()),
+        ("overlayfs", overlayfs().into()),
+        ("seccomp", containers::seccomp()),
+        ("mounts", containers::mount_setattr()),
+        ("pids", containers::pid_headroom()),
+        ("cni", cni(config).into()),
+        ("storage", storage(config).into()),
+        ("mirrors", mirrors(config).into()),
     ];
     let mut failed = Vec::new();
-    for (name, result) in checks {
-        match result {
-            Ok(detail) => println!("ok    {name:<11} {detail}"),
-            Err(problem) => {
+    for (name, finding) in checks {
+        match finding {
+            Finding::Ok(detail) => println!("ok    {name:<11} {detail}"),
+            Finding::Warn(detail) => println!("warn  {name:<11} {detail}"),
+            Finding::Fail(problem) => {
                 println!("FAIL  {name:<11} {problem}");
                 failed.push(format!("{name}: {problem}"));
             }

@@ -1,0 +1,316 @@
+//! CreateContainer: plan, save the `Creating` record, then build the container: hold the
+//! image, mount the root filesystem, build and write the OCI spec, and have the pod's monitor
+//! create the process (which waits to be started). Any failure undoes what was done and
+//! names the step that failed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::prepare::{self, Inputs};
+use super::{
+    ContainerError, ContainerRecord, ContainerSpec, Containers, ImageInfo, Phase, ResolvedUser,
+    detached, now_nanos, rootfs, teardown,
+};
+use crate::monitor::{CreateRequest, MonitorHandle};
+use crate::sandbox::{NamespaceMode, SandboxRecord};
+
+type Step = (&'static str, ContainerError);
+
+impl Containers {
+    /// Creates a container in pod `pod_id`; returns its id.
+    pub async fn create(
+        self: &Arc<Self>,
+        pod_id: &str,
+        spec: ContainerSpec,
+    ) -> Result<String, ContainerError> {
+        let (me, pod_id) = (self.clone(), pod_id.to_owned());
+        detached(async move { me.create_to_end(&pod_id, spec).await }).await
+    }
+
+    async fn create_to_end(
+        self: &Arc<Self>,
+        pod_id: &str,
+        spec: ContainerSpec,
+    ) -> Result<String, ContainerError> {
+        validate(&spec)?;
+        let pod = self.sandboxes.get(pod_id)?;
+        if !pod.phase.is_ready() {
+            return Err(ContainerError::PodNotReady(pod.id.clone()));
+        }
+        let id = crate::sandbox::new_id();
+        tracing::Span::current().record("container_id", id.as_str());
+        self.reserve(&pod.id, &spec.metadata, &id)?;
+        let meta = spec.metadata.clone();
+        let result = self.create_reserved(&pod, id.clone(), spec).await;
+        if result.is_err() {
+            self.release_name(&pod.id, &meta, &id);
+        }
+        result.map(|()| id)
+    }
+
+    async fn create_reserved(
+        self: &Arc<Self>,
+        pod: &SandboxRecord,
+        id: String,
+        spec: ContainerSpec,
+    ) -> Result<(), ContainerError> {
+        let mut record = plan(self, pod, id, spec);
+        let dir = self.ctx.container_dir(&record.id);
+        let saved = std::fs::create_dir_all(&dir)
+            .map_err(|source| ContainerError::Io {
+                what: "creating",
+                path: dir.clone(),
+                source,
+            })
+            .and_then(|()| {
+                Ok(crate::store::save(
+                    &self.ctx.record_path(&record.id),
+                    &record,
+                )?)
+            });
+        if let Err(e) = saved {
+            let _ = rootfs::remove_dir(&dir);
+            return Err(ContainerError::Create {
+                step: "save the container record",
+                source: Box::new(e),
+                cleanup: None,
+            });
+        }
+        let built = self.build(pod, &mut record).await.and_then(|()| {
+            record.phase = Phase::Created;
+            crate::store::save(&self.ctx.record_path(&record.id), &record)
+                .map_err(|e| ("save the container record", e.into()))
+        });
+        if let Err((step, source)) = built {
+            let cleanup = teardown::release(self, &record).await.err();
+            return Err(ContainerError::Create {
+                step,
+                source: Box::new(source),
+                cleanup,
+            });
+        }
+        tracing::info!(pid = record.pid, "container created");
+        let pod_id = record.pod_id.clone();
+        self.insert(record);
+        self.watch_pod(&pod_id);
+        Ok(())
+    }
+
+    async fn build(&self, pod: &SandboxRecord, record: &mut ContainerRecord) -> Result<(), Step> {
+        let monitor = monitor_of(pod).map_err(|e| ("reach the pod's monitor", e))?;
+        let (images, id, image) = (
+            self.images.clone(),
+            record.id.clone(),
+            record.spec.image.clone(),
+        );
+        let image_use = blocking(move || images.acquire(&id, &image))
+            .await
+            .map_err(|e| ("find the image", e))?;
+        record.image = self.image_info(&image_use.id.to_string(), &record.spec.image);
+        let layout = rootfs::layout(&self.ctx, &record.id);
+        let lowerdirs = image_use.lowerdirs.clone();
+        let mount_layout = rootfs::layout(&self.ctx, &record.id);
+        blocking(move || rootfs::mount(&mount_layout, &lowerdirs))
+            .await
+            .map_err(|e| ("mount the root filesystem", e))?;
+        let target_pid_ns = self.target_pid_ns(&record.spec)?;
+        let prepared = prepare::prepare(
+            &self.ctx,
+            &Inputs {
+                id: &record.id,
+                pod,
+                spec: &record.spec,
+                image: &image_use,
+                image_name: &record.image.name,
+                rootfs: &layout.rootfs,
+                cgroup: &record.cgroup,
+                target_pid_ns,
+            },
+        )
+        .map_err(|e| ("build the OCI spec", e))?;
+        record.user = prepared.user;
+        record.stop_signal = prepared.stop_signal;
+        let dir = self.ctx.container_dir(&record.id);
+        let bundle =
+            prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
+        prepare_log_dir(record.log_path.as_deref()).map_err(|e| ("create the log directory", e))?;
+        let req = self.create_request(record, bundle);
+        let pid = monitor
+            .create(req, self.ctx.monitor_timeout)
+            .await
+            .map_err(ContainerError::monitor(
+                &record.id,
+                "creating it in the pod's monitor",
+            ))
+            .map_err(|e| ("create the container", e))?;
+        record.pid = Some(pid);
+        Ok(())
+    }
+
+    fn create_request(&self, record: &ContainerRecord, bundle: PathBuf) -> CreateRequest {
+        let cgroups = &self.ctx.cgroups;
+        CreateRequest {
+            id: record.id.clone(),
+            bundle,
+            runtime_root: self.ctx.runtime_root.clone(),
+            dir: self.ctx.container_dir(&record.id),
+            log_path: record.log_path.clone(),
+            tty: record.spec.tty,
+            stdin: record.spec.stdin,
+            stdin_once: record.spec.stdin_once,
+            systemd: cgroups.driver == crate::config::CgroupDriver::Systemd,
+            memory_cgroup: Some(cgroups.controller_dir(&record.cgroup, "memory")),
+            cgroup_procs: Some(
+                cgroups
+                    .controller_dir(&record.cgroup, "memory")
+                    .join("cgroup.procs"),
+            ),
+            own_pid_namespace: record.own_pid_namespace,
+        }
+    }
+
+    /// The names ContainerStatus reports for the image: its tag (the one the request named,
+    /// if it names one) and a digested reference.
+    fn image_info(&self, id: &str, requested: &str) -> ImageInfo {
+        let view = self.images.status(id).ok().flatten();
+        let (tags, digests) = view
+            .map(|v| (v.record.repo_tags.clone(), v.record.repo_digests.clone()))
+            .unwrap_or_default();
+        let wanted = crate::image::ImageRef::parse(requested)
+            .ok()
+            .and_then(|r| r.tagged());
+        let name = tags
+            .iter()
+            .find(|t| Some(*t) == wanted.as_ref())
+            .or(tags.first())
+            .cloned()
+            .unwrap_or_else(|| requested.to_owned());
+        ImageInfo {
+            id: id.to_owned(),
+            name,
+            reference: digests.first().cloned().unwrap_or_else(|| id.to_owned()),
+        }
+    }
+
+    /// `/proc/<pid>/ns/pid` of the running container a `Target` PID mode names.
+    fn target_pid_ns(&self, spec: &ContainerSpec) -> Result<Option<PathBuf>, Step> {
+        if spec.security.pid_mode != NamespaceMode::Target {
+            return Ok(None);
+        }
+        let target = self
+            .get(&spec.security.pid_target)
+            .map_err(|e| ("find the target container", e))?;
+        match target.pid {
+            Some(pid) if target.phase == Phase::Running => {
+                Ok(Some(PathBuf::from(format!("/proc/{pid}/ns/pid"))))
+            }
+            _ => Err((
+                "join the target container's PID namespace",
+                ContainerError::State {
+                    id: target.id.clone(),
+                    state: target.state_name(),
+                    what: "share its PID namespace",
+                },
+            )),
+        }
+    }
+}
+
+/// Decides every path and name the container will use, before anything is created.
+fn plan(
+    containers: &Containers,
+    pod: &SandboxRecord,
+    id: String,
+    mut spec: ContainerSpec,
+) -> ContainerRecord {
+    // POD is CRI's zero value: a container of a pod without a shared PID namespace gets one
+    // of its own, as with containerd.
+    if spec.security.pid_mode == NamespaceMode::Pod && pod.pins.pid.is_none() {
+        spec.security.pid_mode = NamespaceMode::Container;
+    }
+    let log_path = (!spec.log_path.is_empty() && !pod.spec.log_directory.is_empty())
+        .then(|| PathBuf::from(&pod.spec.log_directory).join(&spec.log_path));
+    let own_pid_namespace = matches!(spec.security.pid_mode, NamespaceMode::Container);
+    ContainerRecord {
+        cgroup: containers.ctx.cgroups.container_path(&pod.cgroup, &id),
+        pod_id: pod.id.clone(),
+        created_at: now_nanos(),
+        started_at: 0,
+        phase: Phase::Creating,
+        exit: None,
+        pid: None,
+        image: ImageInfo::default(),
+        user: ResolvedUser::default(),
+        stop_signal: nix::sys::signal::Signal::SIGTERM as i32,
+        log_path,
+        own_pid_namespace,
+        spec,
+        id,
+    }
+}
+
+/// What a request must hold before anything is created for it.
+fn validate(spec: &ContainerSpec) -> Result<(), ContainerError> {
+    let invalid = |m: String| Err(ContainerError::Invalid(m));
+    if spec.metadata.name.is_empty() {
+        return invalid("config.metadata.name is required".into());
+    }
+    if spec.image.trim().is_empty() {
+        return invalid("config.image.image is required".into());
+    }
+    let s = &spec.security;
+    if s.run_as_group.is_some() && s.run_as_user.is_none() && s.run_as_username.is_empty() {
+        return invalid(
+            "run_as_group is set without run_as_user or run_as_username: a group needs a user"
+                .into(),
+        );
+    }
+    if s.pid_mode == NamespaceMode::Target && s.pid_target.is_empty() {
+        return invalid("namespace_options.pid is TARGET without a target_id".into());
+    }
+    if spec.log_path.contains("..") {
+        return invalid(format!("log_path {:?} must not contain ..", spec.log_path));
+    }
+    Ok(())
+}
+
+pub(super) fn monitor_of(pod: &SandboxRecord) -> Result<MonitorHandle, ContainerError> {
+    match pod.monitor {
+        Some(identity) if pod.phase.is_ready() => Ok(MonitorHandle {
+            identity,
+            dir: pod.dir.clone(),
+        }),
+        _ => Err(ContainerError::PodNotReady(pod.id.clone())),
+    }
+}
+
+fn prepare_log_dir(path: Option<&std::path::Path>) -> Result<(), ContainerError> {
+    let Some(parent) = path.and_then(|p| p.parent()) else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(parent).map_err(|source| ContainerError::Io {
+        what: "creating",
+        path: parent.to_owned(),
+        source,
+    })
+}
+
+/// Runs blocking work (fsyncs, mounts) off the async threads.
+pub(super) async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ContainerError>
+where
+    ContainerError: From<E>,
+{
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
+        f()
+    })
+    .await
+    .map_err(|e| ContainerError::Teardown {
+        id: String::new(),
+        errors: format!("a blocking task failed: {e}"),
+    })?
+    .map_err(ContainerError::from)
+}

@@ -1,0 +1,400 @@
+//! Containers: their lifecycle (create, start, stop, remove), status and listing, ExecSync,
+//! resource updates, log reopening, and recovery at start. One file per verb; this file holds
+//! the table of containers and what the verbs share.
+//!
+//! A container lives in its pod's monitor, which creates it through libcontainer, is its
+//! parent, relays its output and records its exit. The daemon keeps the container's record,
+//! its root filesystem (an overlay of the image's layers under a writable layer in
+//! `<root>/containers/<id>`), its OCI bundle (`<state>/containers/<id>/bundle`), and learns of
+//! exits from the monitor's event stream (`events.rs`).
+//!
+//! Invariants:
+//! - a container's record is saved (phase `Creating`) before any resource is made for it, so a
+//!   crash at any point leaves enough on disk for recovery to undo it;
+//! - a record changes on disk first, then in memory (`Entry::commit`);
+//! - lifecycle verbs on one container are serialized by its `op` lock; reads never wait;
+//! - a name (pod, name, attempt) belongs to at most one container, reserved before creation
+//!   and released when the container is removed or its creation fails.
+
+mod create;
+mod events;
+mod exec_sync;
+mod host;
+pub mod model;
+mod pod;
+mod prepare;
+mod ready;
+mod recover;
+mod remove;
+mod reopen_log;
+mod rootfs;
+mod start;
+mod status;
+mod stop;
+mod teardown;
+mod update;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use model::*;
+pub use recover::RecoverySummary;
+pub use status::{ContainerFilter, ContainerView};
+
+use crate::image::Images;
+use crate::monitor::MonitorError;
+use crate::sandbox::{CgroupSettings, SandboxError, Sandboxes};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("container {0:?} not found")]
+    NotFound(String),
+    #[error("container id prefix {0:?} matches more than one container")]
+    Ambiguous(String),
+    #[error("container {name:?} (attempt {attempt}) already exists in pod sandbox {pod} as {id}")]
+    NameTaken {
+        name: String,
+        attempt: u32,
+        pod: String,
+        id: String,
+    },
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("pod sandbox {0} is not ready")]
+    PodNotReady(String),
+    #[error(transparent)]
+    Image(#[from] crate::image::ImageError),
+    #[error(transparent)]
+    Spec(#[from] crate::oci::SpecError),
+    /// The container's state does not allow the request.
+    #[error("container {id} is {state}: cannot {what}")]
+    State {
+        id: String,
+        state: &'static str,
+        what: &'static str,
+    },
+    #[error("failed to {step}: {source}{}", cleanup_note(.cleanup))]
+    Create {
+        step: &'static str,
+        source: Box<ContainerError>,
+        cleanup: Option<String>,
+    },
+    /// The pod's monitor refused or could not be reached.
+    #[error("container {id}: {step}: {source}")]
+    Monitor {
+        id: String,
+        step: &'static str,
+        source: MonitorError,
+    },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Cgroup(#[from] crate::sandbox::cgroup::CgroupError),
+    #[error("mounting the root filesystem: {0}")]
+    Rootfs(#[from] crate::snapshot::OverlayError),
+    #[error("command {cmd:?} in container {id} timed out after {timeout:?}")]
+    ExecTimeout {
+        id: String,
+        cmd: String,
+        timeout: Duration,
+    },
+    #[error(
+        "command {cmd:?} in container {id} wrote more than {limit} bytes to stdout or stderr, \
+         the ExecSync limit (use a streaming Exec for more)"
+    )]
+    ExecOutputTooLarge {
+        id: String,
+        cmd: String,
+        limit: usize,
+    },
+    #[error(
+        "container {id} did not exit within {timeout:?} of SIGKILL (a process stuck in the kernel?)"
+    )]
+    Unkillable { id: String, timeout: Duration },
+    #[error("removing container {id}: {errors}")]
+    Teardown { id: String, errors: String },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+fn cleanup_note(cleanup: &Option<String>) -> String {
+    cleanup
+        .as_ref()
+        .map(|c| format!(" (and undoing it failed too: {c})"))
+        .unwrap_or_default()
+}
+
+impl ContainerError {
+    fn monitor(id: &str, step: &'static str) -> impl FnOnce(MonitorError) -> ContainerError {
+        let id = id.to_owned();
+        move |source| ContainerError::Monitor { id, step, source }
+    }
+}
+
+/// What the container verbs need from the rest of the daemon.
+pub struct ContainerContext {
+    /// `<state>/containers`: records, bundles, exit records (dies with the machine).
+    pub state_dir: PathBuf,
+    /// `<state>/runtime`: libcontainer's state root.
+    pub runtime_root: PathBuf,
+    /// `<root>/containers`: writable layers and root filesystem mount points.
+    pub layers_dir: PathBuf,
+    pub cgroups: CgroupSettings,
+    pub host: crate::oci::HostFeatures,
+    /// How long a monitor may take to answer a lifecycle request.
+    pub monitor_timeout: Duration,
+    /// Bytes of stdout and of stderr an ExecSync returns.
+    pub max_exec_output: usize,
+}
+
+impl ContainerContext {
+    pub fn new(
+        state: &std::path::Path,
+        root: &std::path::Path,
+        cgroups: CgroupSettings,
+    ) -> ContainerContext {
+        ContainerContext {
+            state_dir: state.join("containers"),
+            runtime_root: state.join("runtime"),
+            layers_dir: root.join("containers"),
+            host: host::detect(cgroups.unified),
+            cgroups,
+            monitor_timeout: Duration::from_secs(30),
+            max_exec_output: 16 << 20,
+        }
+    }
+
+    pub fn container_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join(id)
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.container_dir(id).join("container.json")
+    }
+
+    /// Creates the directories the verbs rely on.
+    pub fn prepare_dirs(&self) -> std::io::Result<()> {
+        for dir in [&self.state_dir, &self.runtime_root, &self.layers_dir] {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// One container in the table.
+struct Entry {
+    /// Serializes lifecycle verbs on this container.
+    op: Arc<tokio::sync::Mutex<()>>,
+    /// The current record, shared with readers; replaced whole on change (copy on write).
+    record: Mutex<Arc<ContainerRecord>>,
+    /// Becomes true once the container's exit is recorded.
+    exited: tokio::sync::watch::Sender<bool>,
+    /// The exec process template (from the bundle), read once.
+    exec_template: Mutex<Option<Arc<oci_spec::runtime::Process>>>,
+}
+
+impl Entry {
+    fn new(record: ContainerRecord) -> Arc<Entry> {
+        let (exited, _) = tokio::sync::watch::channel(record.phase == Phase::Exited);
+        Arc::new(Entry {
+            op: Arc::new(tokio::sync::Mutex::new(())),
+            record: Mutex::new(Arc::new(record)),
+            exited,
+            exec_template: Mutex::new(None),
+        })
+    }
+
+    fn snapshot(&self) -> Arc<ContainerRecord> {
+        self.record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Changes the record: on disk first, then in memory. A failed save changes nothing.
+    fn commit(
+        &self,
+        ctx: &ContainerContext,
+        f: impl FnOnce(&mut ContainerRecord),
+    ) -> Result<Arc<ContainerRecord>, ContainerError> {
+        let mut current = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = (**current).clone();
+        f(&mut next);
+        crate::store::save(&ctx.record_path(&next.id), &next)?;
+        let exited = next.phase == Phase::Exited;
+        *current = Arc::new(next);
+        if exited {
+            self.exited.send_replace(true);
+        }
+        Ok(current.clone())
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<String, Arc<Entry>>,
+    /// (pod, name, attempt) -> id, including names reserved by creations under way.
+    names: HashMap<(String, ContainerMetadata), String>,
+}
+
+/// A container taken for a lifecycle verb: its op lock is held and it is still in the table.
+struct Held {
+    id: String,
+    entry: Arc<Entry>,
+    _op: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// All containers of this daemon.
+pub struct Containers {
+    ctx: Arc<ContainerContext>,
+    sandboxes: Arc<Sandboxes>,
+    images: Arc<Images>,
+    table: Mutex<Table>,
+    /// The task following each pod monitor's events, by pod id.
+    watchers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+impl Containers {
+    pub fn new(
+        ctx: ContainerContext,
+        sandboxes: Arc<Sandboxes>,
+        images: Arc<Images>,
+    ) -> Arc<Containers> {
+        Arc::new(Containers {
+            ctx: Arc::new(ctx),
+            sandboxes,
+            images,
+            table: Mutex::new(Table::default()),
+            watchers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn context(&self) -> &ContainerContext {
+        &self.ctx
+    }
+
+    pub fn sandboxes(&self) -> &Arc<Sandboxes> {
+        &self.sandboxes
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Finds a container by id or by a unique id prefix.
+    fn entry(&self, id: &str) -> Result<(String, Arc<Entry>), ContainerError> {
+        if id.is_empty() {
+            return Err(ContainerError::Invalid("container id is required".into()));
+        }
+        let table = self.table();
+        if let Some(e) = table.by_id.get(id) {
+            return Ok((id.to_owned(), e.clone()));
+        }
+        let mut found = table.by_id.iter().filter(|(k, _)| k.starts_with(id));
+        match (found.next(), found.next()) {
+            (Some((k, e)), None) => Ok((k.clone(), e.clone())),
+            (Some(_), Some(_)) => Err(ContainerError::Ambiguous(id.to_owned())),
+            _ => Err(ContainerError::NotFound(id.to_owned())),
+        }
+    }
+
+    /// Takes container `id` for a lifecycle verb. None when there is no such container, or it
+    /// was removed while this call waited for it.
+    async fn hold(&self, id: &str) -> Result<Option<Held>, ContainerError> {
+        let (id, entry) = match self.entry(id) {
+            Ok(found) => found,
+            Err(ContainerError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let op = entry.op.clone().lock_owned().await;
+        if !self.table().by_id.contains_key(&id) {
+            return Ok(None);
+        }
+        Ok(Some(Held { id, entry, _op: op }))
+    }
+
+    /// Like `hold`, but an unknown container is an error.
+    async fn hold_existing(&self, id: &str) -> Result<Held, ContainerError> {
+        self.hold(id)
+            .await?
+            .ok_or_else(|| ContainerError::NotFound(id.to_owned()))
+    }
+
+    /// A copy of the record of container `id` (full id or unique prefix).
+    pub fn get(&self, id: &str) -> Result<Arc<ContainerRecord>, ContainerError> {
+        self.entry(id).map(|(_, e)| e.snapshot())
+    }
+
+    fn reserve(&self, pod: &str, meta: &ContainerMetadata, id: &str) -> Result<(), ContainerError> {
+        let mut table = self.table();
+        let key = (pod.to_owned(), meta.clone());
+        if let Some(owner) = table.names.get(&key) {
+            return Err(ContainerError::NameTaken {
+                name: meta.name.clone(),
+                attempt: meta.attempt,
+                pod: pod.to_owned(),
+                id: owner.clone(),
+            });
+        }
+        table.names.insert(key, id.to_owned());
+        Ok(())
+    }
+
+    fn release_name(&self, pod: &str, meta: &ContainerMetadata, id: &str) {
+        let mut table = self.table();
+        let key = (pod.to_owned(), meta.clone());
+        if table.names.get(&key).is_some_and(|owner| owner == id) {
+            table.names.remove(&key);
+        }
+    }
+
+    fn insert(&self, record: ContainerRecord) -> Arc<Entry> {
+        let entry = Entry::new(record.clone());
+        let mut table = self.table();
+        table.names.insert(
+            (record.pod_id.clone(), record.spec.metadata.clone()),
+            record.id.clone(),
+        );
+        table.by_id.insert(record.id, entry.clone());
+        entry
+    }
+
+    /// The ids of the containers of pod `pod`.
+    fn of_pod(&self, pod: &str) -> Vec<String> {
+        self.table()
+            .by_id
+            .iter()
+            .filter(|(_, e)| e.snapshot().pod_id == pod)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
+/// Runs a lifecycle verb to its end even if the caller goes away (see `sandbox::detached`).
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T, ContainerError>> + Send + 'static,
+) -> Result<T, ContainerError> {
+    tokio::spawn(tracing::Instrument::in_current_span(work))
+        .await
+        .unwrap_or_else(|e| {
+            Err(ContainerError::Teardown {
+                id: String::new(),
+                errors: format!("the request's task failed: {e}"),
+            })
+        })
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}

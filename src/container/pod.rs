@@ -1,0 +1,50 @@
+//! StopPodSandbox and RemovePodSandbox reach the pod's containers first: they are stopped
+//! (killed at once, their exits recorded) before the pod's monitor goes, and removed before
+//! the pod is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::{ContainerError, Containers};
+use crate::sandbox::SandboxError;
+
+impl Containers {
+    pub async fn stop_pod(self: &Arc<Self>, pod_id: &str) -> Result<(), ContainerError> {
+        let pod = match self.sandboxes.get(pod_id) {
+            Ok(p) => p,
+            Err(SandboxError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let ids = self.of_pod(&pod.id);
+        let stopped = join_all(ids.iter().map(|id| self.stop(id, Duration::ZERO))).await;
+        // The pod's monitor kills whatever a failed stop left; its teardown decides.
+        for e in stopped.into_iter().filter_map(|r| r.err()) {
+            tracing::warn!(error = %e, "stopping a container of the pod; the pod's teardown kills it");
+        }
+        self.sandboxes.stop(&pod.id).await?;
+        // Whatever the monitor took with it when it went.
+        self.monitor_gone(&pod.id);
+        Ok(())
+    }
+
+    pub async fn remove_pod(self: &Arc<Self>, pod_id: &str) -> Result<(), ContainerError> {
+        let pod = match self.sandboxes.get(pod_id) {
+            Ok(p) => p,
+            Err(SandboxError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        self.stop_pod(&pod.id).await?;
+        let ids = self.of_pod(&pod.id);
+        for removed in join_all(ids.iter().map(|id| self.remove(id))).await {
+            removed?;
+        }
+        self.watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pod.id);
+        self.sandboxes.remove(&pod.id).await?;
+        Ok(())
+    }
+}

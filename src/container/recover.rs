@@ -1,0 +1,134 @@
+//! Startup recovery: rebuild the table from the records in the state directory. Containers of
+//! live pods are adopted and their monitors followed again (the monitor's snapshot brings the
+//! exits that happened while the daemon was down); half-created containers are rolled back;
+//! containers whose pod is gone, and writable layers, libcontainer state and image holds that
+//! no record owns, are removed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::{ContainerRecord, Containers, Phase, rootfs, teardown};
+
+/// What recovery found, for the start-up log line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecoverySummary {
+    pub live: usize,
+    pub exited: usize,
+    pub rolled_back: usize,
+    pub discarded: usize,
+    pub failed: usize,
+}
+
+impl Containers {
+    pub async fn recover(self: &Arc<Self>) -> RecoverySummary {
+        let mut summary = RecoverySummary::default();
+        let mut pods = HashSet::new();
+        let dirs = std::fs::read_dir(&self.ctx.state_dir)
+            .into_iter()
+            .flatten()
+            .flatten();
+        for dir in dirs {
+            let id = dir.file_name().to_string_lossy().into_owned();
+            match crate::store::load::<ContainerRecord>(&self.ctx.record_path(&id)) {
+                Ok(record)
+                    if record.phase == Phase::Creating
+                        || self.sandboxes.get(&record.pod_id).is_err() =>
+                {
+                    self.discard(&record, &mut summary).await;
+                }
+                Ok(record) => {
+                    if record.phase == Phase::Exited {
+                        summary.exited += 1;
+                    } else {
+                        summary.live += 1;
+                        pods.insert(record.pod_id.clone());
+                    }
+                    self.insert(record);
+                }
+                Err(e) => {
+                    tracing::warn!(container_id = %id, error = %e, "discarding unreadable container");
+                    let orphan = self.orphan(id);
+                    self.discard(&orphan, &mut summary).await;
+                }
+            }
+        }
+        for pod in pods {
+            self.watch_pod(&pod);
+        }
+        self.remove_orphans();
+        tracing::info!(?summary, "container recovery done");
+        summary
+    }
+
+    /// Rolls back a half-created container, or removes one whose pod is gone.
+    async fn discard(&self, record: &ContainerRecord, summary: &mut RecoverySummary) {
+        match teardown::release(self, record).await {
+            Ok(()) => {
+                tracing::info!(container_id = %record.id, "removed a half-created or orphaned container");
+                if record.phase == Phase::Creating {
+                    summary.rolled_back += 1;
+                } else {
+                    summary.discarded += 1;
+                }
+            }
+            Err(e) => {
+                tracing::error!(container_id = %record.id, error = %e, "removing a half-created or orphaned container");
+                summary.failed += 1;
+            }
+        }
+    }
+
+    /// The most that can be known of a container whose record is lost: its id.
+    fn orphan(&self, id: String) -> ContainerRecord {
+        ContainerRecord {
+            pod_id: String::new(),
+            spec: Default::default(),
+            created_at: 0,
+            started_at: 0,
+            phase: Phase::Creating,
+            exit: None,
+            pid: None,
+            image: Default::default(),
+            user: Default::default(),
+            stop_signal: 0,
+            log_path: None,
+            cgroup: String::new(),
+            own_pid_namespace: true,
+            id,
+        }
+    }
+
+    /// Writable layers, libcontainer state and image holds that belong to no container (the
+    /// machine rebooted: records lived in memory, layers on disk).
+    fn remove_orphans(&self) {
+        let known: HashSet<String> = self.table().by_id.keys().cloned().collect();
+        for root in [&self.ctx.layers_dir, &self.ctx.runtime_root] {
+            for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+                let id = e.file_name().to_string_lossy().into_owned();
+                if known.contains(&id) {
+                    continue;
+                }
+                let removed = if root == &self.ctx.layers_dir {
+                    rootfs::remove(&rootfs::layout(&self.ctx, &id))
+                } else {
+                    rootfs::remove_dir(&e.path())
+                };
+                match removed {
+                    Ok(()) => {
+                        tracing::info!(container_id = %id, "removed orphaned container files")
+                    }
+                    Err(e) => {
+                        tracing::warn!(container_id = %id, error = %e, "removing orphaned container files")
+                    }
+                }
+            }
+        }
+        for holder in self.images.holders() {
+            if !known.contains(&holder) {
+                if let Err(e) = self.images.release(&holder) {
+                    tracing::warn!(holder = %holder, error = %e, "releasing an orphaned image hold");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! A container's root filesystem: the image's layers under a writable layer of its own,
+//! `<root>/containers/<id>/{upper,work}`, mounted at `<root>/containers/<id>/rootfs` in the
+//! host's mount namespace (libcontainer pivots into it in the container's own).
+
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, umount2};
+
+use super::{ContainerContext, ContainerError};
+use crate::snapshot::{Upper, mount_overlay};
+
+pub struct Layout {
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub rootfs: PathBuf,
+}
+
+pub fn layout(ctx: &ContainerContext, id: &str) -> Layout {
+    let dir = ctx.layers_dir.join(id);
+    Layout {
+        upper: dir.join("upper"),
+        work: dir.join("work"),
+        rootfs: dir.join("rootfs"),
+        dir,
+    }
+}
+
+/// Creates the writable layer and mounts the root filesystem.
+pub fn mount(layout: &Layout, lowerdirs: &[PathBuf]) -> Result<(), ContainerError> {
+    for d in [&layout.upper, &layout.work, &layout.rootfs] {
+        std::fs::create_dir_all(d).map_err(|source| ContainerError::Io {
+            what: "creating",
+            path: d.clone(),
+            source,
+        })?;
+    }
+    let upper = Upper {
+        upper: &layout.upper,
+        work: &layout.work,
+    };
+    mount_overlay(lowerdirs, Some(upper), &layout.rootfs)?;
+    Ok(())
+}
+
+/// Unmounts the root filesystem and deletes the writable layer; what is already gone is fine.
+pub fn remove(layout: &Layout) -> Result<(), String> {
+    match umount2(&layout.rootfs, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
+        Err(e) => return Err(format!("unmount {}: {e}", layout.rootfs.display())),
+    }
+    remove_dir(&layout.dir)
+}
+
+pub fn remove_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {}: {e}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}

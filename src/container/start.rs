@@ -1,0 +1,40 @@
+//! StartContainer: the pod's monitor lets the created process run.
+
+use std::sync::Arc;
+
+use super::create::monitor_of;
+use super::{ContainerError, Containers, Phase, detached};
+
+impl Containers {
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), ContainerError> {
+        let (me, id) = (self.clone(), id.to_owned());
+        detached(async move {
+            let held = me.hold_existing(&id).await?;
+            let record = held.entry.snapshot();
+            if record.phase != Phase::Created {
+                return Err(ContainerError::State {
+                    id: held.id.clone(),
+                    state: record.state_name(),
+                    what: "start it (only a created container starts)",
+                });
+            }
+            let pod = me.sandboxes.get(&record.pod_id)?;
+            let monitor = monitor_of(&pod)?;
+            let started_at = monitor
+                .start(&held.id, me.ctx.monitor_timeout)
+                .await
+                .map_err(ContainerError::monitor(&held.id, "starting it"))?;
+            // The exit may already have been recorded (a command that ends at once): the
+            // container then stays exited, now with its start time.
+            held.entry.commit(&me.ctx, |r| {
+                r.started_at = started_at;
+                if r.phase == Phase::Created {
+                    r.phase = Phase::Running;
+                }
+            })?;
+            tracing::info!("container started");
+            Ok(())
+        })
+        .await
+    }
+}

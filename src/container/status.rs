@@ -1,0 +1,87 @@
+//! ContainerStatus and ListContainers: copies of records, filtered, plus the verbose info.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{ContainerError, ContainerRecord, Containers, Phase};
+
+/// ListContainers' filter; every field set must match.
+#[derive(Debug, Default, Clone)]
+pub struct ContainerFilter {
+    /// A full id or an id prefix.
+    pub id: Option<String>,
+    /// A pod id or pod id prefix.
+    pub pod_id: Option<String>,
+    pub state: Option<Phase>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerFilter {
+    fn matches(&self, r: &ContainerRecord) -> bool {
+        self.id
+            .as_ref()
+            .is_none_or(|id| r.id.starts_with(id.as_str()))
+            && self
+                .pod_id
+                .as_ref()
+                .is_none_or(|p| r.pod_id.starts_with(p.as_str()))
+            && self.state.is_none_or(|s| r.phase == s)
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| r.spec.labels.get(k) == Some(v))
+    }
+}
+
+/// A container as status and list report it.
+pub type ContainerView = Arc<ContainerRecord>;
+
+impl Containers {
+    /// The record of container `id`; one still being created is not there yet.
+    pub fn status(&self, id: &str) -> Result<ContainerView, ContainerError> {
+        let record = self.get(id)?;
+        if record.phase == Phase::Creating {
+            return Err(ContainerError::NotFound(id.to_owned()));
+        }
+        Ok(record)
+    }
+
+    /// Containers matching `filter`, oldest first.
+    pub fn list(&self, filter: &ContainerFilter) -> Vec<ContainerView> {
+        let entries: Vec<_> = self.table().by_id.values().cloned().collect();
+        let mut out: Vec<ContainerView> = entries
+            .iter()
+            .map(|e| e.snapshot())
+            .filter(|r| r.phase != Phase::Creating && filter.matches(r))
+            .collect();
+        out.sort_by_key(|r| r.created_at);
+        out
+    }
+
+    /// The `verbose` info: where the container's pieces live and its OCI spec, for an
+    /// operator debugging it.
+    pub fn info(&self, record: &ContainerRecord) -> serde_json::Value {
+        let dir = self.ctx.container_dir(&record.id);
+        let spec: serde_json::Value = std::fs::read(dir.join("bundle/config.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        json!({
+            "sandboxID": record.pod_id,
+            "pid": record.pid,
+            "phase": record.phase,
+            "cgroup": record.cgroup,
+            "stateDir": dir,
+            "rootfs": super::rootfs::layout(&self.ctx, &record.id).rootfs,
+            "logPath": record.log_path,
+            "image": record.image,
+            "user": record.user,
+            "stopSignal": record.stop_signal,
+            "exit": record.exit,
+            "runtimeSpec": spec,
+            "config": record.spec,
+        })
+    }
+}

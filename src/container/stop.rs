@@ -1,0 +1,80 @@
+//! StopContainer: the stop signal, then SIGKILL (to everything in the container's cgroup)
+//! once the timeout passes; a timeout of 0 kills at once. Idempotent: stopping an exited or
+//! unknown container succeeds (kubelet retries stops). Returns once the monitor recorded the
+//! exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::create::monitor_of;
+use super::{ContainerError, Containers, Held, Phase, detached};
+
+/// How long a container may take to die after SIGKILL before stopping it is an error.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+impl Containers {
+    pub async fn stop(self: &Arc<Self>, id: &str, timeout: Duration) -> Result<(), ContainerError> {
+        let (me, id) = (self.clone(), id.to_owned());
+        detached(async move {
+            match me.hold(&id).await? {
+                Some(held) => me.stop_held(&held, timeout).await,
+                None => Ok(()),
+            }
+        })
+        .await
+    }
+
+    pub(super) async fn stop_held(
+        &self,
+        held: &Held,
+        timeout: Duration,
+    ) -> Result<(), ContainerError> {
+        let record = held.entry.snapshot();
+        if matches!(record.phase, Phase::Exited | Phase::Creating) {
+            return Ok(());
+        }
+        let pod = self.sandboxes.get(&record.pod_id)?;
+        let Ok(monitor) = monitor_of(&pod) else {
+            // The pod's monitor is gone, and its processes with it.
+            self.monitor_gone(&record.pod_id);
+            return Ok(());
+        };
+        let mut exited = held.entry.exited.subscribe();
+        let signal = |sig: Signal, all: bool| {
+            let monitor = monitor.clone();
+            let id = held.id.clone();
+            let t = self.ctx.monitor_timeout;
+            async move { monitor.signal(&id, sig, all, t).await }
+        };
+        if !timeout.is_zero() && record.phase == Phase::Running {
+            let sig = Signal::try_from(record.stop_signal).unwrap_or(Signal::SIGTERM);
+            signal(sig, false)
+                .await
+                .map_err(ContainerError::monitor(&held.id, "sending the stop signal"))?;
+            if wait_exit(&mut exited, timeout).await {
+                return Ok(());
+            }
+            tracing::info!(?timeout, "container outlived its stop timeout; killing it");
+        }
+        signal(Signal::SIGKILL, true)
+            .await
+            .map_err(ContainerError::monitor(&held.id, "killing it"))?;
+        if wait_exit(&mut exited, KILL_GRACE).await {
+            Ok(())
+        } else {
+            Err(ContainerError::Unkillable {
+                id: held.id.clone(),
+                timeout: KILL_GRACE,
+            })
+        }
+    }
+}
+
+async fn wait_exit(exited: &mut tokio::sync::watch::Receiver<bool>, timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, exited.wait_for(|e| *e)).await,
+        Ok(Ok(_))
+    )
+}

@@ -1,0 +1,73 @@
+//! Releasing everything a container holds: its process (through the monitor), its cgroup,
+//! libcontainer's state, its root filesystem and writable layer, its image hold, and last its
+//! directory with the record. Every step tolerates what is already gone, so the same function
+//! serves RemoveContainer, the rollback of a failed CreateContainer and recovery. All steps run
+//! even when one fails; the failures are reported together and the record stays for a retry.
+
+use super::create::monitor_of;
+use super::{ContainerError, ContainerRecord, Containers, rootfs};
+use crate::monitor::{Fault, MonitorError};
+
+pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
+    let mut errors = Vec::new();
+    if let Err(e) = forget(c, record).await {
+        errors.push(e);
+    }
+    let (ctx, images, id, cgroup) = (
+        c.ctx.clone(),
+        c.images.clone(),
+        record.id.clone(),
+        record.cgroup.clone(),
+    );
+    let blocking = tokio::task::spawn_blocking(move || {
+        let mut errors = Vec::new();
+        if let Err(e) = ctx.cgroups.remove(&cgroup) {
+            errors.push(format!("remove cgroup: {e}"));
+        }
+        if let Err(e) = rootfs::remove_dir(&ctx.runtime_root.join(&id)) {
+            errors.push(e);
+        }
+        if let Err(e) = rootfs::remove(&rootfs::layout(&ctx, &id)) {
+            errors.push(e);
+        }
+        if let Err(e) = images.release(&id) {
+            errors.push(format!("release the image: {e}"));
+        }
+        if errors.is_empty() {
+            if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id)) {
+                errors.push(e);
+            }
+        }
+        errors
+    })
+    .await;
+    match blocking {
+        Ok(e) => errors.extend(e),
+        Err(e) => errors.push(format!("the release task failed: {e}")),
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Has the pod's monitor forget the container (killing what is left of it). A monitor that is
+/// gone has nothing left to forget.
+async fn forget(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
+    let Ok(pod) = c.sandboxes.get(&record.pod_id) else {
+        return Ok(());
+    };
+    let Ok(monitor) = monitor_of(&pod) else {
+        return Ok(());
+    };
+    match monitor.forget(&record.id, c.ctx.monitor_timeout).await {
+        Ok(()) => Ok(()),
+        Err(MonitorError::Refused {
+            fault: Fault::NotFound,
+            ..
+        }) => Ok(()),
+        Err(_) if !crate::monitor::is_alive(&monitor.identity) => Ok(()),
+        Err(e) => Err(ContainerError::monitor(&record.id, "forgetting it")(e).to_string()),
+    }
+}

@@ -1,0 +1,34 @@
+//! UpdateContainerResources: new limits applied to the live cgroup, then recorded.
+
+use std::sync::Arc;
+
+use super::{ContainerError, Containers, Phase, Resources, detached};
+
+impl Containers {
+    pub async fn update_resources(
+        self: &Arc<Self>,
+        id: &str,
+        resources: Resources,
+    ) -> Result<(), ContainerError> {
+        let (me, id) = (self.clone(), id.to_owned());
+        detached(async move {
+            let held = me.hold_existing(&id).await?;
+            let record = held.entry.snapshot();
+            if !matches!(record.phase, Phase::Created | Phase::Running) {
+                return Err(ContainerError::State {
+                    id: held.id.clone(),
+                    state: record.state_name(),
+                    what: "update its resources",
+                });
+            }
+            let linux = crate::oci::container_resources(&resources, &me.ctx.host)?;
+            let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
+            super::create::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
+            held.entry
+                .commit(&me.ctx, |r| r.spec.resources = resources)?;
+            tracing::info!("container resources updated");
+            Ok(())
+        })
+        .await
+    }
+}

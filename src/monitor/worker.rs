@@ -1,0 +1,330 @@
+//! Runtime workers: for each libcontainer call that clones processes (creating a container,
+//! starting an exec), the monitor forks a worker, which makes the call and exits.
+//!
+//! Why a process of its own: libcontainer changes the process that calls it (it writes
+//! `oom_score_adj`, makes it non-dumpable, changes directory, allocates) and clones the
+//! container's processes as its children. In a worker all of that dies with the worker, the
+//! monitor's memory stays small, and its serving loop never blocks on a clone. The container's
+//! process is a child of the worker until the worker exits, then it is reparented to the
+//! monitor (the pod's child subreaper), which reaps it: its pid cannot be reused meanwhile,
+//! since an unreaped child keeps its pid.
+//!
+//! Protocol: the worker writes one JSON [`Outcome`] line on its result pipe, then exits. The
+//! runtime's own diagnostics (libcontainer logs through `tracing`) go to the container's
+//! runtime log, which the container's init also writes to until it execs.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::syscall::syscall::SyscallType;
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+
+use super::exec_seccomp::SeccompExecutor;
+use super::{CreateRequest, Fault};
+use crate::sys::{self, ForkResult};
+
+/// The three standard streams of the process a worker creates.
+pub struct Stdio {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// What a worker is to do.
+pub enum Job {
+    Create {
+        req: CreateRequest,
+        stdio: Stdio,
+        /// Where the container's init sends its tty master, for a tty container.
+        console_socket: Option<PathBuf>,
+    },
+    Exec {
+        id: String,
+        runtime_root: PathBuf,
+        process: Box<oci_spec::runtime::Process>,
+        stdio: Stdio,
+    },
+}
+
+/// A worker's answer: the pid of the process it created, or why it could not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Pid(i32),
+    Failed { fault: Fault, error: String },
+}
+
+/// A worker that runs: its pid and the read end of its result pipe.
+pub struct Spawned {
+    pub pid: Pid,
+    result: OwnedFd,
+}
+
+/// Forks a worker for `job`, its runtime diagnostics going to `log`. The job's descriptors
+/// are the child's to use; the parent's copies are closed when this returns.
+pub fn spawn(job: Job, log: &Path) -> std::io::Result<Spawned> {
+    // A fork is only sound when no other thread can hold a lock the child would need.
+    if !sys::is_single_threaded() {
+        return Err(std::io::Error::other(
+            "the monitor has more than one thread; refusing to fork",
+        ));
+    }
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    match sys::fork_single_threaded()? {
+        ForkResult::Child => {
+            drop(read);
+            child_main(job, write, log)
+        }
+        ForkResult::Parent { child } => Ok(Spawned {
+            pid: child,
+            result: read,
+        }),
+    }
+}
+
+impl Spawned {
+    /// Reads the worker's answer: one line, not the whole stream, since the container's init
+    /// (a clone of the worker) keeps the pipe open until it execs. A worker that exits
+    /// without an answer died (see the runtime log).
+    pub async fn outcome(self) -> Outcome {
+        let read = async {
+            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(self.result)?;
+            let mut text = String::new();
+            tokio::io::BufReader::new(pipe).read_line(&mut text).await?;
+            Ok::<_, std::io::Error>(text)
+        };
+        match read.await {
+            Ok(text) => serde_json::from_str(text.trim()).unwrap_or_else(|_| Outcome::Failed {
+                fault: Fault::Failed,
+                error: format!("the runtime worker {} ended without an answer", self.pid),
+            }),
+            Err(e) => Outcome::Failed {
+                fault: Fault::Failed,
+                error: format!("reading the runtime worker's answer: {e}"),
+            },
+        }
+    }
+}
+
+fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
+    sys::reset_signals();
+    init_tracing(log);
+    let outcome = match job {
+        Job::Create {
+            req,
+            stdio,
+            console_socket,
+        } => create(&req, stdio, console_socket),
+        Job::Exec {
+            id,
+            runtime_root,
+            process,
+            stdio,
+        } => exec(&id, &runtime_root, &process, stdio),
+    };
+    let mut line = serde_json::to_vec(&outcome).unwrap_or_default();
+    line.push(b'\n');
+    let _ = File::from(result).write_all(&line);
+    sys::exit_now(0)
+}
+
+/// libcontainer reports through `tracing`; its warnings and errors (and those of the
+/// container's init, a clone of this process) land in the container's runtime log.
+fn init_tracing(log: &Path) {
+    let Ok(file) = File::options().create(true).append(true).open(log) else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .try_init();
+}
+
+fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) -> Outcome {
+    let builder = match ContainerBuilder::new(req.id.clone(), SyscallType::default())
+        .with_root_path(&req.runtime_root)
+    {
+        Ok(b) => b,
+        Err(e) => return failed(&e),
+    };
+    let built = builder
+        .with_stdin(stdio.stdin)
+        .with_stdout(stdio.stdout)
+        .with_stderr(stdio.stderr)
+        .with_console_socket(console_socket)
+        .as_init(&req.bundle)
+        .with_systemd(req.systemd)
+        .with_detach(true)
+        .build();
+    match built {
+        Ok(container) => match container.pid() {
+            Some(pid) => Outcome::Pid(pid.as_raw()),
+            None => Outcome::Failed {
+                fault: Fault::Failed,
+                error: "libcontainer created the container but reported no pid".into(),
+            },
+        },
+        Err(e) => failed(&e),
+    }
+}
+
+fn exec(
+    id: &str,
+    runtime_root: &Path,
+    process: &oci_spec::runtime::Process,
+    stdio: Stdio,
+) -> Outcome {
+    // The tenant builder reads the process from a file; one per worker, gone afterwards.
+    let file = runtime_root
+        .join(id)
+        .join(format!("exec-{}.json", std::process::id()));
+    let mut process = process.clone();
+    let executor = match container_seccomp(runtime_root, id) {
+        Ok(Some(seccomp)) => Some(SeccompExecutor::new(seccomp, &mut process)),
+        Ok(None) => None,
+        Err(error) => {
+            return Outcome::Failed {
+                fault: Fault::Failed,
+                error,
+            };
+        }
+    };
+    if let Err(e) = std::fs::write(&file, serde_json::to_vec(&process).unwrap_or_default()) {
+        return Outcome::Failed {
+            fault: Fault::Failed,
+            error: format!("writing {}: {e}", file.display()),
+        };
+    }
+    let built = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+        .with_root_path(runtime_root)
+        .map(|b| {
+            let b = b
+                .with_stdin(stdio.stdin)
+                .with_stdout(stdio.stdout)
+                .with_stderr(stdio.stderr);
+            let b = match executor {
+                Some(e) => b.with_executor(e),
+                None => b,
+            };
+            b.as_tenant()
+                .with_process(Some(&file))
+                .with_detach(true)
+                .build()
+        });
+    let _ = std::fs::remove_file(&file);
+    match built {
+        Ok(Ok(pid)) => Outcome::Pid(pid.as_raw()),
+        Ok(Err(e)) | Err(e) => failed(&e),
+    }
+}
+
+/// What the runtime logged as errors (the container's init reports its own failures there,
+/// and libcontainer's error values often say less): the first few (the cause comes first, the
+/// wrappers after it), each once, on one line.
+pub fn logged_errors(log: &Path) -> String {
+    const TAIL: u64 = 64 * 1024;
+    let text = File::open(log)
+        .and_then(|mut f| {
+            use std::io::{Read, Seek, SeekFrom};
+            let len = f.metadata()?.len();
+            f.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
+            let mut s = String::new();
+            f.take(TAIL).read_to_string(&mut s)?;
+            Ok(s)
+        })
+        .unwrap_or_default();
+    let mut seen: Vec<&str> = Vec::new();
+    for line in text.lines().filter(|l| l.contains(" ERROR ")) {
+        // `<time> ERROR <target>: <message>`
+        let message = line
+            .split_once(" ERROR ")
+            .and_then(|(_, rest)| rest.split_once(": "))
+            .map_or(line, |(_, m)| m)
+            .trim();
+        if !seen.contains(&message) {
+            seen.push(message);
+        }
+    }
+    seen.truncate(3);
+    seen.join("; ")
+}
+
+/// The seccomp filter of the container's own process, from its bundle.
+fn container_seccomp(
+    runtime_root: &Path,
+    id: &str,
+) -> Result<Option<oci_spec::runtime::LinuxSeccomp>, String> {
+    let container = libcontainer::container::Container::load(runtime_root.join(id))
+        .map_err(|e| format!("loading container {id}: {}", render(&e)))?;
+    let path = container.bundle().join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(spec.linux().as_ref().and_then(|l| l.seccomp().clone()))
+}
+
+fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {
+    let error = render(e);
+    Outcome::Failed {
+        fault: classify(&error),
+        error,
+    }
+}
+
+/// The error and its causes on one line, each said once.
+fn render(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+/// Whether libcontainer's failure is the request's fault: a command or working directory
+/// that the image does not have is something the user fixes, not the node.
+fn classify(error: &str) -> Fault {
+    const REQUEST_FAULTS: [&str; 3] = [
+        "not found in $PATH",
+        "PATH environment variable is not set",
+        "failed to chdir",
+    ];
+    if REQUEST_FAULTS.iter().any(|f| error.contains(f)) {
+        Fault::Invalid
+    } else {
+        Fault::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_command_is_the_request_s_fault() {
+        assert_eq!(
+            classify("failed to create container: executable 'nope' not found in $PATH"),
+            Fault::Invalid
+        );
+        assert_eq!(classify("failed to mount proc: EPERM"), Fault::Failed);
+    }
+
+    #[test]
+    fn causes_are_chained_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(render(&e), "outer: inner");
+    }
+}

@@ -1,0 +1,407 @@
+//! The pod's containers, as the monitor runs them: created through a runtime worker, started
+//! through libcontainer's start signal, their output relayed into CRI log files, their exits
+//! reaped here and written to `<dir>/exit.json` before subscribers hear of them.
+
+use std::cell::RefCell;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use nix::sys::wait::WaitStatus;
+use nix::unistd::Pid;
+
+use super::logs::{self, LogFile, Relay, Stream};
+use super::server::{Monitor, err, now_nanos};
+use super::worker::{self, Job, Outcome, Stdio};
+use super::{ContainerState, CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
+
+/// One container of the pod.
+pub struct Workload {
+    req: CreateRequest,
+    /// The container's main process until it is reaped.
+    pid: Option<Pid>,
+    started_at: Option<i64>,
+    exit: Option<ExitInfo>,
+    log: Rc<RefCell<LogFile>>,
+    relays: Vec<Rc<RefCell<Relay>>>,
+    /// Kept open so the container's stdin stays open (attach writes here later).
+    _stdin: Option<OwnedFd>,
+}
+
+impl Workload {
+    pub fn is_alive(&self) -> bool {
+        self.pid.is_some()
+    }
+
+    /// crust's directory for the container (exit record, runtime log).
+    pub fn dir(&self) -> &Path {
+        &self.req.dir
+    }
+
+    pub fn state(&self, id: &str) -> ContainerState {
+        ContainerState {
+            id: id.to_owned(),
+            pid: self.pid.map(Pid::as_raw),
+            started_at: self.started_at,
+            exit: self.exit.clone(),
+        }
+    }
+}
+
+/// What the monitor keeps of the container's standard streams.
+struct Ours {
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    console: Option<tokio::net::UnixListener>,
+}
+
+pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
+    if monitor.workloads.borrow().contains_key(&req.id) {
+        return err(Fault::State, format!("container {} exists already", req.id));
+    }
+    let log = match LogFile::open(req.log_path.clone()) {
+        Ok(l) => Rc::new(RefCell::new(l)),
+        Err(e) => return failed("open the log file", req.log_path.as_deref(), e),
+    };
+    let (theirs, ours, console_socket) = match standard_streams(&req) {
+        Ok(s) => s,
+        Err(e) => return failed("set up the container's stdio", Some(&req.dir), e),
+    };
+    let since = monitor.reap_seq();
+    let job = Job::Create {
+        req: req.clone(),
+        stdio: theirs,
+        console_socket,
+    };
+    let spawned = match worker::spawn(job, &req.dir.join(RUNTIME_LOG)) {
+        Ok(s) => s,
+        Err(e) => return failed("start a runtime worker", None, e),
+    };
+    // Reaped like any child; nothing waits for its status.
+    drop(monitor.watch(spawned.pid, since));
+    let (outcome, console) = tokio::join!(spawned.outcome(), receive_console(ours.console));
+    let pid = match outcome {
+        Outcome::Pid(pid) => Pid::from_raw(pid),
+        Outcome::Failed { fault, error } => {
+            let logged = worker::logged_errors(&req.dir.join(RUNTIME_LOG));
+            return err(fault, with_logged(error, &logged));
+        }
+    };
+    let relays = match relay_outputs(&req, ours.stdout, ours.stderr, console, &log) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            return failed("relay the container's output", None, e);
+        }
+    };
+    let id = req.id.clone();
+    let status = monitor.adopt(pid, since, &id);
+    monitor.workloads.borrow_mut().insert(
+        id.clone(),
+        Workload {
+            req,
+            pid: Some(pid),
+            started_at: None,
+            exit: None,
+            log,
+            relays,
+            _stdin: ours.stdin,
+        },
+    );
+    if let Some(status) = status {
+        process_exited(monitor, &id, status);
+    }
+    Reply::Created { pid: pid.as_raw() }
+}
+
+/// The container's side and the monitor's side of stdin, stdout and stderr. A tty
+/// container gets its streams from the tty libcontainer creates; its master comes back on the
+/// console socket.
+fn standard_streams(req: &CreateRequest) -> std::io::Result<(Stdio, Ours, Option<PathBuf>)> {
+    let null = || -> std::io::Result<OwnedFd> {
+        Ok(std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?
+            .into())
+    };
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+    if req.tty {
+        let path = req.dir.join("console.sock");
+        let _ = std::fs::remove_file(&path);
+        let (_dir, short) = super::short_socket_path(&req.dir, "console.sock")?;
+        let listener = std::os::unix::net::UnixListener::bind(short)?;
+        listener.set_nonblocking(true)?;
+        let theirs = Stdio {
+            stdin: null()?,
+            stdout: null()?,
+            stderr: null()?,
+        };
+        let ours = Ours {
+            stdout: None,
+            stderr: None,
+            stdin: None,
+            console: Some(tokio::net::UnixListener::from_std(listener)?),
+        };
+        return Ok((theirs, ours, Some(path)));
+    }
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (stdin, our_stdin) = if req.stdin {
+        let (r, w) = pipe()?;
+        (r, Some(w))
+    } else {
+        (null()?, None)
+    };
+    let theirs = Stdio {
+        stdin,
+        stdout: out_w,
+        stderr: err_w,
+    };
+    let ours = Ours {
+        stdout: Some(out_r),
+        stderr: Some(err_r),
+        stdin: our_stdin,
+        console: None,
+    };
+    Ok((theirs, ours, None))
+}
+
+/// Accepts the container init's connection on the console socket and takes the tty master
+/// it sends.
+async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Option<OwnedFd> {
+    let listener = listener?;
+    let accepted = tokio::time::timeout(Duration::from_secs(30), listener.accept()).await;
+    let (stream, _) = accepted.ok()?.ok()?;
+    let stream = stream.into_std().ok()?;
+    stream.set_nonblocking(false).ok()?;
+    crate::sys::receive_fd(&stream).ok()
+}
+
+fn relay_outputs(
+    req: &CreateRequest,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    console: Option<OwnedFd>,
+    log: &Rc<RefCell<LogFile>>,
+) -> std::io::Result<Vec<Rc<RefCell<Relay>>>> {
+    let mut relays = Vec::new();
+    if req.tty {
+        let master = console.ok_or_else(|| {
+            std::io::Error::other("the container's init sent no tty on the console socket")
+        })?;
+        relays.push(logs::start(master, Stream::Stdout, true, log.clone())?);
+        return Ok(relays);
+    }
+    for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
+        if let Some(fd) = fd {
+            relays.push(logs::start(fd, stream, false, log.clone())?);
+        }
+    }
+    Ok(relays)
+}
+
+pub fn start(monitor: &Monitor, id: &str) -> Reply {
+    let runtime_dir = {
+        let workloads = monitor.workloads.borrow();
+        let Some(w) = workloads.get(id) else {
+            return not_found(id);
+        };
+        if let Some(exit) = &w.exit {
+            return err(
+                Fault::State,
+                format!(
+                    "container {id} exited before it was started (exit code {})",
+                    exit.code
+                ),
+            );
+        }
+        if w.started_at.is_some() {
+            return err(Fault::State, format!("container {id} is already running"));
+        }
+        w.req.runtime_root.join(id)
+    };
+    let started = libcontainer::container::Container::load(runtime_dir).and_then(|mut c| c.start());
+    if let Err(e) = started {
+        return err(Fault::Failed, format!("starting container {id}: {e}"));
+    }
+    let now = now_nanos();
+    if let Some(w) = monitor.workloads.borrow_mut().get_mut(id) {
+        w.started_at = Some(now);
+    }
+    Reply::Started { started_at: now }
+}
+
+pub fn signal(monitor: &Monitor, id: &str, signal: i32, all: bool) -> Reply {
+    let Ok(signal) = Signal::try_from(signal) else {
+        return err(Fault::Invalid, format!("{signal} is not a signal"));
+    };
+    if !monitor.workloads.borrow().contains_key(id) {
+        return not_found(id);
+    }
+    kill(monitor, id, signal, all);
+    Reply::Done
+}
+
+/// Signals the container's main process, and with `all` what else is in its cgroup.
+pub fn kill(monitor: &Monitor, id: &str, signal: Signal, all: bool) {
+    let workloads = monitor.workloads.borrow();
+    let Some(w) = workloads.get(id) else { return };
+    // The pid is ours until we reap it, so it still names the container's process.
+    if let Some(pid) = w.pid {
+        let _ = nix::sys::signal::kill(pid, signal);
+    }
+    if all {
+        kill_cgroup(w.req.cgroup_procs.as_deref(), signal);
+    }
+}
+
+fn kill_cgroup(procs: Option<&Path>, signal: Signal) {
+    let Some(procs) = procs else { return };
+    let Ok(text) = std::fs::read_to_string(procs) else {
+        return;
+    };
+    for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+    }
+}
+
+pub async fn forget(monitor: &Monitor, id: &str) -> Reply {
+    if !monitor.workloads.borrow().contains_key(id) {
+        return Reply::Done;
+    }
+    kill(monitor, id, Signal::SIGKILL, true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while monitor
+        .workloads
+        .borrow()
+        .get(id)
+        .is_some_and(Workload::is_alive)
+    {
+        if tokio::time::Instant::now() >= deadline {
+            return err(
+                Fault::Failed,
+                format!("container {id} did not die within 10s of SIGKILL"),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if let Some(w) = monitor.workloads.borrow_mut().remove(id) {
+        if let Some(pid) = w.pid {
+            monitor.disown(pid);
+        }
+    }
+    Reply::Done
+}
+
+pub fn reopen_log(monitor: &Monitor, id: &str) -> Reply {
+    let workloads = monitor.workloads.borrow();
+    let Some(w) = workloads.get(id) else {
+        return not_found(id);
+    };
+    match w.log.borrow_mut().reopen() {
+        Ok(()) => Reply::Done,
+        Err(e) => failed("reopen the log file", w.req.log_path.as_deref(), e),
+    }
+}
+
+/// The container's main process was reaped: finish its output, record how it ended (on disk
+/// first), then tell the subscribers.
+pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
+    let (code, signal) = match status {
+        WaitStatus::Exited(_, code) => (code, None),
+        WaitStatus::Signaled(_, sig, _) => (128 + sig as i32, Some(sig as i32)),
+        _ => return,
+    };
+    let exit = {
+        let mut workloads = monitor.workloads.borrow_mut();
+        let Some(w) = workloads.get_mut(id) else {
+            return;
+        };
+        w.pid = None;
+        // Without a PID namespace of its own the container's other processes outlive its
+        // main one; kubelet expects a container to be gone when it is reported exited.
+        if !w.req.own_pid_namespace {
+            kill_cgroup(w.req.cgroup_procs.as_deref(), Signal::SIGKILL);
+        }
+        for relay in &w.relays {
+            relay.borrow_mut().pump();
+        }
+        let clean = code == 0 && signal.is_none();
+        let oom_killed = !clean && w.req.memory_cgroup.as_deref().is_some_and(oom_kills);
+        let exit = ExitInfo {
+            code,
+            signal,
+            finished_at: now_nanos(),
+            oom_killed,
+            message: String::new(),
+        };
+        let path = w.req.dir.join(EXIT_FILE);
+        if let Err(e) = crate::store::save(&path, &exit) {
+            super::process::log(&format!("recording the exit of {id}: {e}"));
+        }
+        w.exit = Some(exit.clone());
+        exit
+    };
+    monitor.publish(&Event::Exited {
+        id: id.to_owned(),
+        exit,
+    });
+}
+
+/// Whether the kernel's OOM killer killed a process of the memory cgroup `dir`: the
+/// `oom_kill` counter of `memory.events` (cgroup v2) or `memory.oom_control` (v1).
+fn oom_kills(dir: &Path) -> bool {
+    ["memory.events", "memory.oom_control"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .any(|text| oom_kill_count(&text) > 0)
+}
+
+fn oom_kill_count(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == "oom_kill")
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The error, followed by what the runtime logged when that says more.
+pub fn with_logged(error: String, logged: &str) -> String {
+    if logged.is_empty() || error.contains(logged) {
+        error
+    } else {
+        format!("{error} (runtime log: {logged})")
+    }
+}
+
+fn not_found(id: &str) -> Reply {
+    err(
+        Fault::NotFound,
+        format!("this pod's monitor has no container {id}"),
+    )
+}
+
+fn failed(step: &str, path: Option<&Path>, e: std::io::Error) -> Reply {
+    let at = path
+        .map(|p| format!(" {}", p.display()))
+        .unwrap_or_default();
+    err(Fault::Failed, format!("failed to {step}{at}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_kill_counters_of_both_hierarchies() {
+        let v2 = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n";
+        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        assert_eq!(oom_kill_count(v2), 1);
+        assert_eq!(oom_kill_count(v1), 2);
+        assert_eq!(oom_kill_count("oom_kill_disable 0\nunder_oom 0\n"), 0);
+    }
+}

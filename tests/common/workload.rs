@@ -1,0 +1,330 @@
+//! Containers for integration tests: a crust daemon with its own bridge network (daemon.rs), a
+//! real registry (Debian's docker-registry) holding a busybox image built here, and helpers
+//! that create, start, wait for and inspect containers the way kubelet drives them.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crust::cri::pb;
+use serde_json::json;
+
+use super::oci_build::{Comp, Node, busybox_layer, dir, file, image, tar};
+use super::registry::{Auth, Registry};
+use super::{Client, Daemon, pod_config, run_pod, with_namespaces};
+
+/// busybox applets the tests call by name (busybox-static runs them in-process from `sh`,
+/// but an exec or a command names a file).
+const APPLETS: [&str; 29] = [
+    "cat", "chmod", "dd", "echo", "env", "grep", "head", "hostname", "id", "kill", "ln", "ls",
+    "mkdir", "mount", "ps", "pwd", "readlink", "rm", "sleep", "stat", "tail", "test", "touch",
+    "tr", "true", "umount", "unshare", "wc", "yes",
+];
+
+/// The test image: busybox, an /etc/group with memberships, a user with a home, /tmp 1777.
+pub fn test_image_layer() -> Vec<Node> {
+    let mut nodes: Vec<Node> = busybox_layer()
+        .into_iter()
+        .filter(|n| !matches!(n, Node::File { path, .. } if path == "etc/passwd"))
+        .filter(|n| !matches!(n, Node::Dir { path, .. } if path == "tmp"))
+        .collect();
+    for applet in APPLETS {
+        nodes.push(Node::Symlink {
+            path: format!("bin/{applet}"),
+            target: "busybox".into(),
+        });
+    }
+    nodes.extend([
+        file(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\n\
+              app:x:1000:1000:app:/home/app:/bin/sh\n\
+              nobody:x:65534:65534:nobody:/:/bin/false\n",
+        ),
+        file(
+            "etc/group",
+            b"root:x:0:\nwheel:x:10:root\napp:x:1000:\nextra:x:3000:app\nnogroup:x:65534:\n",
+        ),
+        Node::Dir {
+            path: "tmp".into(),
+            mode: 0o1777,
+            uid: 0,
+            gid: 0,
+        },
+        dir("home"),
+        Node::Dir {
+            path: "home/app".into(),
+            mode: 0o750,
+            uid: 1000,
+            gid: 1000,
+        },
+        dir("data"),
+    ]);
+    nodes
+}
+
+/// A daemon with a registry holding the test image, pulled already.
+pub struct Env {
+    pub d: Daemon,
+    pub reg: Registry,
+    /// The test image's reference.
+    pub image: String,
+    pub c: Client,
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        Env::start_with(|_| {}).await
+    }
+
+    /// Like `start`, with a chance to change the daemon's config before it starts.
+    pub async fn start_with(configure: impl FnOnce(&Daemon)) -> Env {
+        let reg = Registry::start(Auth::None);
+        let img = image(
+            &[(tar(&test_image_layer()), Comp::Gzip)],
+            json!({"Env": ["PATH=/bin", "FROM_IMAGE=1"], "Cmd": ["sh"]}),
+            "amd64",
+        );
+        reg.push("busybox", "1", &img).await;
+        let d = Daemon::prepare();
+        d.write_bridge_network(&[]);
+        d.append_config(&format!(
+            "\n[registry.mirrors.\"{0}\"]\nendpoints = [\"http://{0}\"]\n",
+            reg.addr
+        ));
+        configure(&d);
+        let d = d.spawn();
+        let image = format!("{}/busybox:1", reg.addr);
+        d.images()
+            .await
+            .pull_image(pb::PullImageRequest {
+                image: Some(pb::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let c = d.client().await;
+        Env { d, reg, image, c }
+    }
+
+    /// A pod as kubelet makes one (each container has a PID namespace of its own), with a log
+    /// directory of its own; returns its id and its config.
+    pub async fn pod(&mut self, name: &str) -> (String, pb::PodSandboxConfig) {
+        let mut config = pod_config(name);
+        with_namespaces(
+            &mut config,
+            pb::NamespaceMode::Pod,
+            pb::NamespaceMode::Container,
+            pb::NamespaceMode::Pod,
+        );
+        config.log_directory = self.d.dir.join("logs").join(name).display().to_string();
+        let id = run_pod(&mut self.c, config.clone()).await;
+        (id, config)
+    }
+
+    /// A container config running `cmd` in the test image, logging to `<name>.log`.
+    pub fn config(&self, name: &str, cmd: &[&str]) -> pb::ContainerConfig {
+        pb::ContainerConfig {
+            metadata: Some(pb::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(pb::ImageSpec {
+                image: self.image.clone(),
+                ..Default::default()
+            }),
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            log_path: format!("{name}.log"),
+            linux: Some(pb::LinuxContainerConfig {
+                security_context: Some(pb::LinuxContainerSecurityContext {
+                    namespace_options: Some(pb::NamespaceOption {
+                        pid: pb::NamespaceMode::Container as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub async fn create(
+        &mut self,
+        pod: &(String, pb::PodSandboxConfig),
+        config: pb::ContainerConfig,
+    ) -> Result<String, tonic::Status> {
+        self.c
+            .create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: pod.0.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.1.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    /// Creates and starts a container; returns its id.
+    pub async fn run(
+        &mut self,
+        pod: &(String, pb::PodSandboxConfig),
+        config: pb::ContainerConfig,
+    ) -> String {
+        let id = self.create(pod, config).await.unwrap();
+        self.c
+            .start_container(pb::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    pub async fn status(&mut self, id: &str) -> pb::ContainerStatus {
+        self.c
+            .container_status(pb::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap()
+    }
+
+    /// The verbose info of a container (pid, cgroup, spec).
+    pub async fn info(&mut self, id: &str) -> serde_json::Value {
+        let r = self
+            .c
+            .container_status(pb::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        serde_json::from_str(&r.info["info"]).unwrap()
+    }
+
+    /// Waits until the container exited; returns its status.
+    pub async fn wait_exit(&mut self, id: &str, within: Duration) -> pb::ContainerStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status(id).await;
+            if s.state == pb::ContainerState::ContainerExited as i32 {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "container {id} still {:?} after {within:?}; daemon log:\n{}",
+                s.state,
+                tail(&self.d.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn exec(&mut self, id: &str, cmd: &[&str]) -> pb::ExecSyncResponse {
+        self.c
+            .exec_sync(pb::ExecSyncRequest {
+                container_id: id.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 10,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// An exec's stdout as text, asserting it succeeded.
+    pub async fn sh(&mut self, id: &str, script: &str) -> String {
+        let r = self.exec(id, &["sh", "-c", script]).await;
+        assert_eq!(
+            r.exit_code,
+            0,
+            "`{script}` failed: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    }
+
+    pub async fn stop(&mut self, id: &str, timeout: i64) {
+        self.c
+            .stop_container(pb::StopContainerRequest {
+                container_id: id.into(),
+                timeout,
+            })
+            .await
+            .unwrap();
+    }
+
+    pub async fn remove(&mut self, id: &str) {
+        self.c
+            .remove_container(pb::RemoveContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// The container's log file.
+    pub fn log_path(&self, pod: &(String, pb::PodSandboxConfig), name: &str) -> PathBuf {
+        Path::new(&pod.1.log_directory).join(format!("{name}.log"))
+    }
+
+    /// The text of a container's log records, without timestamps: `stdout F line`.
+    pub fn log_records(&self, pod: &(String, pb::PodSandboxConfig), name: &str) -> Vec<String> {
+        records(&std::fs::read_to_string(self.log_path(pod, name)).unwrap_or_default())
+    }
+
+    /// What is left of containers: writable layers, state, runtime state.
+    pub fn container_leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for dir in [
+            self.d.root.join("containers"),
+            self.d.state.join("containers"),
+            self.d.state.join("runtime"),
+        ] {
+            for e in Daemon::entries(&dir) {
+                left.push(format!("{}/{e}", dir.display()));
+            }
+        }
+        let root = self.d.root.to_string_lossy().into_owned();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        left.extend(
+            mounts
+                .lines()
+                .filter_map(|l| l.split(' ').nth(4))
+                .filter(|m| m.starts_with(&root))
+                .map(|m| format!("mount {m}")),
+        );
+        left
+    }
+}
+
+/// Log records without their timestamps, checking each has one.
+pub fn records(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| {
+            let (ts, rest) = l.split_once(' ').expect("record has a timestamp");
+            assert!(
+                ts.len() == 30 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+                "RFC 3339 timestamp with nanoseconds: {ts}"
+            );
+            rest.to_owned()
+        })
+        .collect()
+}
+
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Whether a process with this pid lives (a zombie counts as gone).
+pub fn alive(pid: i64) -> bool {
+    !super::exited(pid as i32)
+}

@@ -1,0 +1,187 @@
+//! Daemon restarts with containers: SIGKILL while containers run, exit, wait to start and are
+//! being created. After the restart every container shows its true state, exits during the
+//! downtime are there with their code, log lines written meanwhile are complete, and a
+//! container half created is either fully there or fully gone.
+
+mod common;
+
+use std::time::Duration;
+
+use common::workload::{Env, alive};
+use common::*;
+use crust::cri::pb;
+
+#[tokio::test]
+async fn containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill() {
+    let mut e = Env::start().await;
+    let pod = e.pod("survivor").await;
+    let ticker = e
+        .run(
+            &pod,
+            e.config(
+                "ticker",
+                &[
+                    "sh",
+                    "-c",
+                    "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done",
+                ],
+            ),
+        )
+        .await;
+    let quitter = e
+        .run(&pod, e.config("quitter", &["sh", "-c", "sleep 2; exit 5"]))
+        .await;
+    let waiting = e
+        .create(&pod, e.config("waiting", &["sleep", "600"]))
+        .await
+        .unwrap();
+    let pid = e.info(&ticker).await["pid"].as_i64().unwrap();
+
+    e.d.kill9();
+    // The quitter exits while no daemon runs; the ticker keeps logging.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(alive(pid), "a daemon crash does not touch containers");
+    e.d.launch();
+    e.c = e.d.client().await;
+
+    let s = e.status(&ticker).await;
+    assert_eq!(s.state, pb::ContainerState::ContainerRunning as i32);
+    assert_eq!(e.info(&ticker).await["pid"].as_i64().unwrap(), pid);
+    let s = e.wait_exit(&quitter, Duration::from_secs(5)).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (5, "Error"));
+    assert!(s.finished_at > s.started_at);
+    assert_eq!(
+        e.status(&waiting).await.state,
+        pb::ContainerState::ContainerCreated as i32
+    );
+    // Created before the crash, started after it.
+    e.c.start_container(pb::StartContainerRequest {
+        container_id: waiting.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(e.sh(&waiting, "echo up").await, "up\n");
+
+    // No tick is missing from the log: the monitor wrote them while the daemon was down.
+    let ticks: Vec<u64> = e
+        .log_records(&pod, "ticker")
+        .iter()
+        .filter_map(|l| l.strip_prefix("stdout F tick "))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(ticks.len() > 40, "{} ticks", ticks.len());
+    assert!(
+        ticks.windows(2).all(|w| w[1] == w[0] + 1),
+        "ticks are consecutive across the restart"
+    );
+    e.stop(&ticker, 0).await;
+    assert!(!alive(pid));
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    e.d.assert_clean();
+}
+
+#[tokio::test]
+async fn a_container_half_created_when_the_daemon_died_is_all_there_or_all_gone() {
+    let mut e = Env::start().await;
+    let pod = e.pod("half").await;
+    // Kill the daemon at several points of CreateContainer.
+    for (n, delay_ms) in [2u64, 8, 20, 40, 80].into_iter().enumerate() {
+        let name = format!("c{n}");
+        let config = e.config(&name, &["sleep", "600"]);
+        let mut c = e.d.client().await;
+        let (id, sandbox) = (pod.0.clone(), pod.1.clone());
+        let create = tokio::spawn(async move {
+            c.create_container(pb::CreateContainerRequest {
+                pod_sandbox_id: id,
+                config: Some(config),
+                sandbox_config: Some(sandbox),
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        e.d.kill9();
+        let _ = create.await;
+        e.d.launch();
+        e.c = e.d.client().await;
+        let listed =
+            e.c.list_containers(pb::ListContainersRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .containers;
+        let here: Vec<&pb::Container> = listed
+            .iter()
+            .filter(|c| c.metadata.as_ref().unwrap().name == name)
+            .collect();
+        // Whatever exists on disk belongs to a container that is listed whole.
+        let ids: Vec<String> = listed.iter().map(|c| c.id.clone()).collect();
+        for dir in [
+            e.d.root.join("containers"),
+            e.d.state.join("containers"),
+            e.d.state.join("runtime"),
+        ] {
+            for entry in Daemon::entries(&dir) {
+                assert!(
+                    ids.contains(&entry),
+                    "{} holds {entry}, which no listed container owns (killed after {delay_ms} ms)",
+                    dir.display()
+                );
+            }
+        }
+        if let Some(c) = here.first() {
+            assert_eq!(c.state, pb::ContainerState::ContainerCreated as i32);
+            let id = c.id.clone();
+            e.c.start_container(pb::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+            assert_eq!(e.sh(&id, "echo whole").await, "whole\n");
+        }
+        // The name is free again, or taken by the listed container.
+        let again = e.create(&pod, e.config(&name, &["sleep", "600"])).await;
+        assert_eq!(again.is_ok(), here.is_empty(), "{again:?}");
+    }
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    e.d.assert_clean();
+}
+
+#[tokio::test]
+async fn containers_of_a_pod_whose_monitor_died_end_as_killed() {
+    let mut e = Env::start().await;
+    let pod = e.pod("orphaned").await;
+    let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
+    let pid = e.info(&id).await["pid"].as_i64().unwrap();
+    let monitor = monitor_pid(&mut e.c, &pod.0).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(monitor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let s = e.wait_exit(&id, Duration::from_secs(10)).await;
+    assert_eq!(s.exit_code, 137);
+    assert!(s.message.contains("monitor"), "{}", s.message);
+    assert!(
+        !alive(pid),
+        "the container's process did not outlive its monitor"
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+}
