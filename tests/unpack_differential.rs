@@ -337,66 +337,52 @@ fn render(diffs: &[Diff]) -> String {
     diffs.iter().map(|d| format!("\n  {d}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crust_unpacks_layers_as_containerd_does() {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let reg = Registry::start(Auth::None);
+/// Pushes the images: `diff/app:v1` (the five layers, through an index), `diff/documented:v1`,
+/// `diff/escape:v1` and `diff/old-sparse:v1`. With `DUMP_LAYERS=<dir>` the five layer tars are
+/// also written there, to inspect with other tar readers.
+async fn push_images(reg: &Registry) {
+    let layers = [layer0(), layer1(), layer2(), layer3(), layer4()];
     if let Some(d) = std::env::var_os("DUMP_LAYERS") {
-        for (i, l) in [layer0(), layer1(), layer2(), layer3(), layer4()]
-            .iter()
-            .enumerate()
-        {
+        for (i, l) in layers.iter().enumerate() {
             std::fs::write(Path::new(&d).join(format!("l{i}.tar")), l).unwrap();
         }
     }
+    let comps = [Comp::Gzip, Comp::Zstd, Comp::None, Comp::Gzip, Comp::Zstd];
     let diff = image(
-        &[
-            (layer0(), Comp::Gzip),
-            (layer1(), Comp::Zstd),
-            (layer2(), Comp::None),
-            (layer3(), Comp::Gzip),
-            (layer4(), Comp::Zstd),
-        ],
+        &layers.into_iter().zip(comps).collect::<Vec<_>>(),
         json!({"Cmd": ["/bin/sh"]}),
         "amd64",
     );
     reg.push_index("diff/app", "v1", &index(&[(&diff, "amd64")]), &[&diff])
         .await;
-    let documented = image(
-        &[
-            (documented_layer0(), Comp::None),
-            (documented_layer1(), Comp::None),
-        ],
-        json!({}),
-        "amd64",
-    );
-    reg.push("diff/documented", "v1", &documented).await;
-    let escape = image(
-        &[(
-            hand_tar(vec![raw("../escape", b'0').data(b"outside")]),
-            Comp::Gzip,
-        )],
-        json!({}),
-        "amd64",
-    );
-    reg.push("diff/escape", "v1", &escape).await;
-    let old_sparse = image(&[(old_sparse_layer(), Comp::Gzip)], json!({}), "amd64");
-    reg.push("diff/old-sparse", "v1", &old_sparse).await;
+    let documented = [documented_layer0(), documented_layer1()].map(|l| (l, Comp::None));
+    reg.push(
+        "diff/documented",
+        "v1",
+        &image(&documented, json!({}), "amd64"),
+    )
+    .await;
+    let escape = hand_tar(vec![raw("../escape", b'0').data(b"outside")]);
+    reg.push(
+        "diff/escape",
+        "v1",
+        &image(&[(escape, Comp::Gzip)], json!({}), "amd64"),
+    )
+    .await;
+    let old = image(&[(old_sparse_layer(), Comp::Gzip)], json!({}), "amd64");
+    reg.push("diff/old-sparse", "v1", &old).await;
+}
 
-    let crust = Crust::start(&mirror_config(HOST, &reg.addr, ""));
-    let ctrd = Containerd::start(HOST, &reg.addr);
-    let (mut ci, mut di) = (crust.images().await, ctrd.images().await);
-
+/// The five-layer image: both views hold what the layers were built to show, and agree.
+async fn same_view(crust: &Crust, ctrd: &Containerd, since: i64) {
     let app = format!("{HOST}/diff/app:v1");
+    let (mut ci, mut di) = (crust.images().await, ctrd.images().await);
     for (who, c) in [("crust", &mut ci), ("containerd", &mut di)] {
         pull(c, &app)
             .await
             .unwrap_or_else(|e| panic!("{who} pull: {e}"));
     }
-    let (a, b) = views(&crust, &ctrd, &app).await;
+    let (a, b) = views(crust, ctrd, &app).await;
     assert!(a.len() > 60, "crust's view is nearly empty: {a:?}");
     // What the layers were built to show is there (so agreeing is not agreeing on nothing).
     let at = |p: &str| &a[&tree::rel(p.as_bytes())];
@@ -428,12 +414,15 @@ async fn crust_unpacks_layers_as_containerd_does() {
         sa, sb,
         "ImageStatus size of an image pulled through an index"
     );
+}
 
+/// The image of documented differences: exactly those, and as documented.
+async fn documented_view(crust: &Crust, ctrd: &Containerd, since: i64) {
     let doc = format!("{HOST}/diff/documented:v1");
-    for c in [&mut ci, &mut di] {
-        pull(c, &doc).await.unwrap();
+    for mut c in [crust.images().await, ctrd.images().await] {
+        pull(&mut c, &doc).await.unwrap();
     }
-    let (a, b) = views(&crust, &ctrd, &doc).await;
+    let (a, b) = views(crust, ctrd, &doc).await;
     let diffs = tree::diff(&a, &b, since);
     let mut found: Vec<(String, &str)> = diffs
         .iter()
@@ -454,7 +443,12 @@ async fn crust_unpacks_layers_as_containerd_does() {
     assert_eq!(b[Path::new("newdir/x")].kind, 'G', "containerd's ghost");
     assert_eq!(a[Path::new("time/before-1970")].mtime.0, -100);
     assert_eq!(a[Path::new("time/after-2262")].mtime.0, 10_000_000_000);
+}
 
+/// Layers one runtime refuses and the other takes: `../escape` (crust refuses), old GNU
+/// sparse files (containerd 1.6 refuses; crust writes the real file).
+async fn refusals(crust: &Crust, ctrd: &Containerd) {
+    let (mut ci, mut di) = (crust.images().await, ctrd.images().await);
     let esc = format!("{HOST}/diff/escape:v1");
     let refused = pull(&mut ci, &esc).await.unwrap_err();
     assert_eq!(
@@ -475,8 +469,7 @@ async fn crust_unpacks_layers_as_containerd_does() {
 
     let old = format!("{HOST}/diff/old-sparse:v1");
     pull(&mut ci, &old).await.unwrap();
-    let lower = crust.root().join("images/layers");
-    let file = std::fs::read_dir(&lower)
+    let file = std::fs::read_dir(crust.root().join("images/layers"))
         .unwrap()
         .map(|e| e.unwrap().path().join("fs/old"))
         .find(|p| p.exists())
@@ -492,4 +485,19 @@ async fn crust_unpacks_layers_as_containerd_does() {
         refused.message().contains("unhandled tar header type 83"),
         "containerd 1.6 refuses old GNU sparse files: {refused:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crust_unpacks_layers_as_containerd_does() {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let reg = Registry::start(Auth::None);
+    push_images(&reg).await;
+    let crust = Crust::start(&mirror_config(HOST, &reg.addr, ""));
+    let ctrd = Containerd::start(HOST, &reg.addr);
+    same_view(&crust, &ctrd, since).await;
+    documented_view(&crust, &ctrd, since).await;
+    refusals(&crust, &ctrd).await;
 }
