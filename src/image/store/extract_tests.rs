@@ -117,8 +117,7 @@ fn extract_layers(
         let d = tmp.path().join(i.to_string());
         fs::create_dir(&d).unwrap();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
-        let below: Vec<&PathBuf> = dirs.iter().rev().collect();
-        let lowers = Lowers::open(&below).unwrap();
+        let lowers = Lowers::new(dirs.iter().rev().cloned().collect());
         result = extract_tar(
             &t[..],
             &d,

@@ -16,7 +16,7 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::PathBuf;
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, XattrFlags};
 use rustix::io::Errno;
@@ -32,10 +32,11 @@ pub enum Shown {
     Other,
 }
 
-/// Open directories of the lower layers, topmost first.
+/// The lower layers' directories, topmost first. Opened for each lookup rather than held:
+/// an image may have hundreds of layers, and lookups are few (missing parents, whiteouts).
 #[derive(Default)]
 pub struct Lowers {
-    layers: Vec<OwnedFd>,
+    layers: Vec<PathBuf>,
 }
 
 fn open_dir_at(dir: &OwnedFd, name: &OsString) -> Result<OwnedFd, Errno> {
@@ -61,22 +62,17 @@ enum Here {
 }
 
 impl Lowers {
-    /// Opens the lower layer directories, given topmost first.
-    pub fn open(dirs: &[impl AsRef<Path>]) -> Result<Lowers, (std::path::PathBuf, Errno)> {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let layers = dirs
-            .iter()
-            .map(|d| {
-                rfs::open(d.as_ref(), flags, Mode::empty()).map_err(|e| (d.as_ref().into(), e))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Lowers { layers })
+    /// The lower layers of a layer, given topmost first.
+    pub fn new(dirs: Vec<PathBuf>) -> Lowers {
+        Lowers { layers: dirs }
     }
 
     /// What the merged lower layers show at `comps` (relative to the layer root, non-empty).
     pub fn lookup(&self, comps: &[OsString]) -> Result<Shown, Errno> {
-        for layer in &self.layers {
-            match lookup_in(layer, comps)? {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        for dir in &self.layers {
+            let layer = rfs::open(dir, flags, Mode::empty())?;
+            match lookup_in(&layer, comps)? {
                 Here::Found(shown) => return Ok(shown),
                 Here::Missing { opaque: true } => return Ok(Shown::Nothing),
                 Here::Missing { opaque: false } => {}

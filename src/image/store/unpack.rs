@@ -83,11 +83,7 @@ pub fn unpack(
     fs::set_permissions(&fs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .map_err(fs_err("chmod", &fs_dir))?;
     let file = File::open(blob).map_err(fs_err("opening", blob))?;
-    let lowers = Lowers::open(lowers).map_err(|(path, e)| UnpackError::Fs {
-        op: "opening lower layer",
-        path: path.display().to_string(),
-        source: e.into(),
-    })?;
+    let lowers = Lowers::new(lowers.to_vec());
     extract_tar(
         file,
         &fs_dir,
