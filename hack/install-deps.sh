@@ -11,7 +11,8 @@ case $purpose in
   run) ;;
   # Sandbox tests: ping, nsenter (util-linux), jq for the fixture CNI plugins. Image tests: a real
   # registry (docker-registry), htpasswd for its basic auth (apache2-utils), openssl for the
-  # token server's key; critest's offline registry: skopeo.
+  # token server's key; critest's offline registry: skopeo; the differential unpack test
+  # (tests/unpack_differential.rs) pulls the same images into containerd: containerd, runc.
   test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo containerd runc" ;;
   # Benchmarks compare with containerd (and build its pause image with gcc).
   bench) pkgs="$pkgs docker-registry busybox-static containerd runc gcc libc6-dev" ;;
