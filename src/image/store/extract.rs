@@ -67,8 +67,9 @@ pub struct Extractor {
     /// Directory mtimes, set at the end (creating children changes them); a directory listed
     /// again gets the later entry's.
     dir_times: HashMap<PathBuf, Timespec>,
-    /// What `dir_times` holds, in bytes, against `MAX_DIR_TIMES_BYTES`.
+    /// What `dir_times` holds, in bytes, against `dir_times_limit`.
     dir_times_bytes: usize,
+    dir_times_limit: usize,
     /// File data passes through this one buffer (under glibc's mmap threshold, allocated once
     /// per layer rather than once per file).
     buf: Vec<u8>,
@@ -127,6 +128,7 @@ impl Extractor {
             parent_cache: None,
             dir_times: HashMap::new(),
             dir_times_bytes: 0,
+            dir_times_limit: MAX_DIR_TIMES_BYTES,
             buf: vec![0u8; 64 << 10],
         }
     }
@@ -205,6 +207,13 @@ impl Extractor {
             }
         }
         Ok(())
+    }
+
+    /// The same extractor with a smaller bound on directory bookkeeping (tests).
+    #[cfg(test)]
+    pub fn with_dir_times_limit(mut self, bytes: usize) -> Extractor {
+        self.dir_times_limit = bytes;
+        self
     }
 
     /// Sets directory mtimes (each directory's last entry's). Call after the last entry.
@@ -287,11 +296,11 @@ impl Extractor {
         apply_fd_meta(&fd, meta, path)?;
         if self.dir_times.insert(path.to_owned(), meta.mtime).is_none() {
             self.dir_times_bytes += path.as_os_str().len() + DIR_TIME_OVERHEAD;
-            if self.dir_times_bytes > MAX_DIR_TIMES_BYTES {
+            if self.dir_times_bytes > self.dir_times_limit {
                 return Err(UnpackError::Limit {
                     what: format!(
                         "more directories than {} MiB of paths can list",
-                        MAX_DIR_TIMES_BYTES >> 20
+                        self.dir_times_limit >> 20
                     ),
                 });
             }

@@ -347,3 +347,31 @@ fn whiteouts_are_written_only_for_what_lower_layers_show() {
         "the bottom layer has nothing to hide"
     );
 }
+
+#[test]
+fn directory_bookkeeping_is_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs: Vec<E> = (0..2000).map(|i| dir(&format!("d{i:05}"))).collect();
+    let t = tar(dirs);
+    let root = rustix::fs::open(
+        tmp.path(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    // 2000 directories of 6-byte names cost 2000 * 70 bytes: over a 1 MiB bound? No; over
+    // 100 KiB, yes.
+    let mut x =
+        super::extract::Extractor::new(root, Lowers::default()).with_dir_times_limit(100 << 10);
+    let mut archive = tar::Archive::new(&t[..]);
+    let r = archive
+        .entries()
+        .unwrap()
+        .try_for_each(|e| x.entry(e.unwrap()));
+    match r {
+        Err(e @ UnpackError::Limit { .. }) => {
+            assert!(e.to_string().contains("over crust's limit"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
