@@ -1,8 +1,9 @@
 #!/bin/bash
 # Image benchmark: cold/warm pull of a ~50 MB 5-layer image from a local registry, and
-# ListImages/ImageStatus latency with 100 images stored, against crust and, when installed,
-# containerd (Debian's 1.6, started here on temporary directories) in the same run, and each
-# daemon's memory: idle, peak during the runs, and after them (crust's held to a budget).
+# ListImages/ImageStatus latency with 100 images stored, against crust and containerd in the same
+# run (2.x built from its Go module, or Debian's 1.6 if that build fails: see
+# hack/containerd-peer.sh; started here on temporary directories), and each daemon's memory:
+# idle, peak during the runs, and after them (crust's held to a budget).
 # Needs root, docker-registry, and a release build (make bench builds it).
 # Usage: hack/bench-images.sh [--cold N] [--warm N] [--queries N]
 set -euo pipefail
@@ -11,6 +12,11 @@ BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench-images" ] || { echo "build first: cargo build --release --bins" >&2; exit 1; }
 command -v docker-registry >/dev/null || { echo "docker-registry missing (hack/install-deps.sh bench)" >&2; exit 1; }
 
+# The containerd to compare with, built (or reused from the cache) before anything is measured.
+# shellcheck source=hack/containerd-peer.sh
+. hack/containerd-peer.sh
+ctrd_pick
+
 W=$(mktemp -d /tmp/crust-bench-images.XXXXXX)
 PIDS=()
 cleanup() {
@@ -18,7 +24,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   # crust mounts a tmpfs on its state dir and its ns dir on itself; containerd may leave
   # snapshot mounts.
-  grep -o " $W[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  grep -o " ${W}[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -68,28 +74,17 @@ CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 run_measured crust "$CRUST_PID" "unix://$W/crust/crust.sock" "$@"
 
-if command -v containerd >/dev/null; then
-  echo "== containerd $(containerd --version | awk '{print $3}')"
-  C=$W/ctrd
-  mkdir -p "$C/certs.d/$HOST"
-  cat > "$C/certs.d/$HOST/hosts.toml" <<TOML
+echo "== containerd $CTRD_DESC"
+C=$W/ctrd
+mkdir -p "$C/certs.d/$HOST"
+cat > "$C/certs.d/$HOST/hosts.toml" <<TOML
 server = "http://$REG"
 [host."http://$REG"]
   capabilities = ["pull", "resolve"]
 TOML
-  cat > "$C/config.toml" <<TOML
-version = 2
-root = "$C/root"
-state = "$C/state"
-[grpc]
-  address = "$C/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri".registry]
-  config_path = "$C/certs.d"
-TOML
-  containerd --config "$C/config.toml" >"$C/log" 2>&1 & PIDS+=($!)
-  CTRD_PID=$!
-  wait_for "$C/containerd.sock"
-  run_measured containerd "$CTRD_PID" "unix://$C/containerd.sock" "$@"
-else
-  echo "== containerd not installed: skipped (apt-get install containerd to compare)"
-fi
+ctrd_config "$C/config.toml" "$C/root" "$C/state" "$C/containerd.sock" \
+  registry_config_path="$C/certs.d"
+ctrd_start "$C/config.toml" "$C/log"
+PIDS+=("$CTRD_PID")
+wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
+run_measured containerd "$CTRD_PID" "unix://$C/containerd.sock" "$@"

@@ -1,13 +1,19 @@
 #!/bin/bash
 # Pod sandbox benchmark: RunPodSandbox, Stop+Remove, status/list latency and memory (daemon RSS
-# idle and with pods; RSS of each pod's own processes), for crust and, when installed, for
-# containerd (Debian's 1.6, started here on temporary directories) in the same run, both on the
-# same CNI network config (bridge + host-local + portmap, no per-pod masquerade).
+# idle and with pods; RSS of each pod's own processes), for crust and for containerd in the same
+# run (2.x built from its Go module, or Debian's 1.6 if that build fails: see
+# hack/containerd-peer.sh; started here on temporary directories), both on the same CNI network
+# config (bridge + host-local + portmap, no per-pod masquerade).
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] || { echo "build first: cargo build --release --bins" >&2; exit 1; }
+
+# The containerd to compare with, built (or reused from the cache) before anything is measured.
+# shellcheck source=hack/containerd-peer.sh
+. hack/containerd-peer.sh
+ctrd_pick
 
 W=$(mktemp -d /tmp/crust-bench.XXXXXX)
 PIDS=()
@@ -15,8 +21,9 @@ BRIDGE=crustbench0
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  pkill -f "containerd-shim-runc-v2 -namespace k8s.io -address $W" 2>/dev/null || true
-  grep -o " $W[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  # The shims outlive their daemon; theirs name our socket.
+  pkill -f "containerd-shim-runc-v2 .*-address $W/" 2>/dev/null || true
+  grep -o " ${W}[^ ]*" /proc/self/mountinfo 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
   rm -rf "$W"
 }
@@ -44,11 +51,7 @@ sleep 1
 "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 
-if ! command -v containerd >/dev/null; then
-  echo "== containerd not installed: skipped (apt-get install containerd runc to compare)"
-  exit 0
-fi
-echo "== containerd $(containerd --version | awk '{print $3}')"
+echo "== containerd $CTRD_DESC"
 C=$W/ctrd
 mkdir -p "$C/pause/rootfs"
 # containerd needs a pause image: a static one built here, imported as a docker archive.
@@ -59,24 +62,11 @@ diff=$(sha256sum "$C/pause/layer.tar" | cut -d' ' -f1)
 printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff" > "$C/pause/config.json"
 printf '[{"Config":"config.json","RepoTags":["crust.bench/pause:1"],"Layers":["layer.tar"]}]' > "$C/pause/manifest.json"
 tar -C "$C/pause" -cf "$C/pause.tar" manifest.json config.json layer.tar
-cat > "$C/config.toml" <<TOML
-version = 2
-root = "$C/root"
-state = "$C/state"
-[grpc]
-  address = "$C/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "crust.bench/pause:1"
-  # This VM lacks CAP_SYS_RESOURCE: the pause container's negative oom_score_adj must be
-  # clamped to containerd's own, or runc fails to start it.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$W/net.d"
-TOML
-containerd --config "$C/config.toml" >"$C/log" 2>&1 & PIDS+=($!)
-CTRD_PID=$!
-wait_for "$C/containerd.sock"
-ctr --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
+ctrd_config "$C/config.toml" "$C/root" "$C/state" "$C/containerd.sock" \
+  cni_conf_dir="$W/net.d" sandbox_image=crust.bench/pause:1
+ctrd_start "$C/config.toml" "$C/log"
+PIDS+=("$CTRD_PID")
+wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
+"$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
 sleep 1
 "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"

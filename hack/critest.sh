@@ -1,65 +1,114 @@
-#!/bin/sh
-# Runs critest's specs for what crust implements (pod sandboxes, runtime info, idempotence,
-# images) against a crust daemon of its own: temp root, state and socket, its own bridge
-# network, and critest-config/crust.toml, whose registry mirrors point at the offline registry
-# (../shared/tools/offline-registry.sh, or $OFFLINE_REGISTRY) on 127.0.0.1:5000. Specs listed in
-# critest-config/skips.txt are skipped; every other spec in the focus must pass.
-# Pods a failed spec leaves are removed afterwards (through crictl when it is on PATH, else
-# by killing their monitors), and their cgroup parent (/crust-critest-*) with them.
-# critest must be on PATH (build it from kubernetes-sigs/cri-tools); without it this prints
-# SKIPPED and runs nothing.
-set -eu
+#!/bin/bash
+# Runs the whole critest suite (cri-tools' conformance tests; its benchmarks run only with
+# -benchmark, so not here) against a crust daemon of its own: temp root, state and socket, its
+# own bridge network and cgroup parent, and critest-config/crust.toml, whose registry mirrors
+# point at the offline registry ../shared/tools/offline-registry.sh serves on 127.0.0.1:5000.
+# It builds a stand-in for every image critest v1.37.0 pulls but one (see skips.txt); stand-ins
+# for images a later critest adds go in critest-config/offline-images.txt (the registry
+# script's format), which is passed to it as OFFLINE_REGISTRY_EXTRA.
+#
+# Every spec must pass, except those critest-config/skips.txt lists (`<regex> | <reason>` per
+# line), which are not run. A spec critest skips on its own (it does so when a runtime lacks a
+# feature) counts as failed unless skips.txt lists it, and so does an entry of skips.txt that
+# matches no spec. The summary line `critest: N passed, N failed, N skipped` and the list of
+# skipped specs with their reasons are printed on every run.
+#
+# crictl and critest come from hack/build-tools.sh (pinned in hack/tools/go.mod, built once into
+# a cache), or from $CRICTL and $CRITEST. Nothing is skipped for want of a tool: if one cannot
+# be built, this fails.
+#
+# Usage: hack/critest.sh [critest flags...]
+#   e.g. hack/critest.sh --ginkgo.focus='PodSandbox' --ginkgo.v   (specs outside a focus are
+#   reported as not run; the skip list applies as always)
+# Env: CRUST_BIN (default target/debug/crust), CRITEST, CRICTL, OFFLINE_REGISTRY (script),
+#      CRITEST_SKIPS (default critest-config/skips.txt), CRITEST_KEEP=1 (keep the work dir).
+set -euo pipefail
+shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
-focus=${CRITEST_FOCUS:-'PodSandbox|Runtime info|Idempotence|Image Manager'}
-if ! command -v critest >/dev/null 2>&1; then
-  echo "critest: SKIPPED (critest is not on PATH; nothing was run)"
-  exit 0
-fi
-registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
-[ -f "$registry" ] || registry=/work/shared/tools/offline-registry.sh
-if [ ! -f "$registry" ]; then
-  echo "critest: FAILED (offline registry script not found; set OFFLINE_REGISTRY)" >&2
-  exit 1
-fi
-bash "$registry" start
 
+fail() { echo "critest: FAILED: $*" >&2; exit 1; }
+
+for t in jq curl ip; do
+  command -v "$t" >/dev/null || fail "$t is missing (hack/install-deps.sh test installs it)"
+done
+if [ -z "${CRITEST:-}" ] || [ -z "${CRICTL:-}" ]; then
+  tools=$("$top/hack/build-tools.sh" cri-tools) || fail "could not build crictl and critest"
+  CRITEST=${CRITEST:-$tools/critest}
+  CRICTL=${CRICTL:-$tools/crictl}
+fi
+[ -x "$CRITEST" ] || fail "critest not found at $CRITEST"
+[ -x "$CRICTL" ] || fail "crictl not found at $CRICTL"
 crust=${CRUST_BIN:-$top/target/debug/crust}
+[ -x "$crust" ] || fail "crust not found at $crust (cargo build --bins)"
+
+# --- the skip list: `<regex> | <reason>`, comments (#) and blank lines ignored
+skips_file=${CRITEST_SKIPS:-$top/critest-config/skips.txt}
+[ -f "$skips_file" ] || fail "$skips_file is missing"
+skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s '
+  split("\n") | map(select(length > 0)) | map(
+    (index(" | ")) as $i
+    | if $i == null then error("no \" | \" separating regex and reason: " + .) else . end
+    | {regex: (.[:$i] | sub("\\s+$"; "")), reason: (.[$i + 3:] | sub("^\\s+"; ""))}
+    | if .regex == "" or .reason == "" then error("empty regex or reason: " + .regex) else . end)
+') || fail "$skips_file: malformed line (each is '<regex> | <reason>')"
+skip_args=()
+while IFS= read -r re; do skip_args+=("--ginkgo.skip=$re"); done \
+  < <(jq -r '.[].regex' <<<"$skips_json")
+
+# --- the offline registry (../shared beside this repo, as laid out for every session and CI)
+registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
+[ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
+# Stand-ins for images critest pulls that the registry script does not build, if any (its format).
+extra=$top/critest-config/offline-images.txt
+if [ -f "$extra" ] && grep -qvE '^[[:space:]]*(#|$)' "$extra"; then
+  export OFFLINE_REGISTRY_EXTRA=$extra
+fi
+bash "$registry" start || fail "the offline registry did not start ($registry)"
+
+# --- a crust of our own
 work=$(mktemp -d /tmp/crust-critest.XXXXXX)
 sock=$work/crust.sock
-bridge=crustcri0
-
+# A bridge and subnet of this run's own, so runs from two work trees at once do not collide.
+for _ in 1 2 3 4 5 6 7 8; do
+  n=$(( $(od -An -N2 -tu2 /dev/urandom) % 250 ))
+  bridge=crustcri$n
+  ip link show "$bridge" >/dev/null 2>&1 || break
+done
+subnet=10.89.$n.0/24
 # This daemon's pods go in a cgroup parent of their own, so what a failed spec leaves is easy
 # to find and remove.
 cgroup_parent=/crust-critest-$(basename "$work" | tr -dc 'A-Za-z0-9')
 
 cleanup() {
   # critest removes its pods, but a failed spec can leave some: remove them through the daemon
-  # (CNI DEL, IPAM) when crictl is at hand, then kill any monitor still holding our state.
-  if [ -n "${pid:-}" ] && command -v crictl >/dev/null 2>&1; then
-    crictl --runtime-endpoint "unix://$sock" rmp -fa >/dev/null 2>&1 || true
+  # (CNI DEL, IPAM), then kill any monitor still holding our state.
+  if [ -n "${pid:-}" ]; then
+    "$CRICTL" --runtime-endpoint "unix://$sock" rmp -fa >/dev/null 2>&1 || true
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   fi
-  if [ -n "${pid:-}" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   for m in $(pgrep -f "crust monitor --sandbox" || true); do
-    if ls -l "/proc/$m/fd" 2>/dev/null | grep -q "$work" ||
+    if find "/proc/$m/fd" -lname "$work/*" 2>/dev/null | grep -q . ||
       grep -qs "$cgroup_parent/" "/proc/$m/cgroup"; then
       kill -9 "$m" 2>/dev/null || true
     fi
   done
-  grep " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l
+  grep " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l || true
   for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
     [ -d "$h${cgroup_parent#/}" ] || continue
     find "$h${cgroup_parent#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
-  rm -rf "$work"
+  if [ -n "${CRITEST_KEEP:-}" ]; then echo "critest: work dir kept: $work"; else rm -rf "$work"; fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 mkdir -p "$work/net.d"
 cat > "$work/net.d/10-critest.conflist" <<JSON
 {"cniVersion":"1.0.0","name":"crust-critest","plugins":[
  {"type":"bridge","bridge":"$bridge","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","dataDir":"$work/ipam","ranges":[[{"subnet":"10.89.0.0/16"}]],
+  "ipam":{"type":"host-local","dataDir":"$work/ipam","ranges":[[{"subnet":"$subnet"}]],
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
@@ -72,23 +121,92 @@ printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >
 pid=$!
 i=0
 until [ -S "$sock" ]; do
-  i=$((i+1)); [ $i -gt 100 ] && { cat "$work/crust.log"; echo "crust did not start" >&2; exit 1; }
+  i=$((i+1))
+  if [ $i -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
+    cat "$work/crust.log" >&2
+    fail "crust did not start (log above)"
+  fi
   sleep 0.1
 done
 
-skip=$(grep -v '^#' "$top/critest-config/skips.txt" | grep -v '^$' | paste -sd'|' -)
-echo "critest: focus '$focus', skipping known gaps from critest-config/skips.txt"
+# --- the suite
+echo "critest: $("$CRITEST" --version 2>/dev/null | grep -m1 version) against crust" \
+  "$("$crust" version | awk '{print $2}'), ${#skip_args[@]} skip entries from ${skips_file#"$top"/}"
+start=$(date +%s)
 set +e
-critest --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
-  --ginkgo.focus="$focus" ${skip:+--ginkgo.skip="$skip"} --ginkgo.no-color \
+"$CRITEST" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
+  --ginkgo.no-color --ginkgo.timeout=20m --ginkgo.json-report="$work/report.json" \
+  "${skip_args[@]}" "$@" \
   > "$work/critest.log" 2>&1
 rc=$?
 set -e
-grep -E '^\s+\[FAIL\]|^Ran |Passed \|' "$work/critest.log" || true
-if [ $rc -ne 0 ]; then
-  tail -100 "$work/critest.log"
-  echo "--- crust log ---"; tail -50 "$work/crust.log"
+elapsed=$(( $(date +%s) - start ))
+if [ ! -s "$work/report.json" ]; then
+  tail -50 "$work/critest.log" >&2
+  fail "critest exited with $rc and wrote no report (its output above)"
+fi
+
+# --- the verdict, from the JSON report: each spec is
+#   excluded  a benchmark (critest runs those only with -benchmark)
+#   skipped   matched by skips.txt (not run)
+#   not run   outside a focus given on the command line
+#   passed    passed
+#   failed    anything else: failed, panicked, timed out, or skipped by critest itself
+verdict=$(jq --argjson skips "$skips_json" '
+  [.[0].SpecReports[] | select(.LeafNodeType == "It")
+   | ((.ContainerHierarchyTexts // []) + [.LeafNodeText] | join(" ")) as $name
+   | (first($skips[] | select(. as $s | $name | test($s.regex))) // null) as $skip
+   | {name: $name, state: .State, message: (.Failure.Message // ""),
+      location: ((.Failure.Location.FileName // "" | sub(".*/cri-tools@[^/]*/"; ""))
+                 + ":" + (.Failure.Location.LineNumber // 0 | tostring)),
+      skip: $skip}
+   | .class = (if (.name | test("benchmark")) and .state == "skipped" and .message == "" then "excluded"
+               elif .skip != null and .state == "skipped" and .message == "" then "skipped"
+               elif .state == "skipped" and .message == "" then "notrun"
+               elif .state == "passed" then "passed"
+               else "failed" end)]
+  | . as $specs
+  | {specs: $specs,
+     stale: [$skips[] | . as $s | select(all($specs[]; .name | test($s.regex) | not)) | .regex]}
+' "$work/report.json")
+count() { jq --arg c "$1" '[.specs[] | select(.class == $c)] | length' <<<"$verdict"; }
+passed=$(count passed) failed=$(count failed) skipped=$(count skipped) notrun=$(count notrun)
+stale=$(jq '.stale | length' <<<"$verdict")
+
+if [ "$passed" -gt 0 ]; then
+  echo "critest: passed:"
+  jq -r '[.specs[] | select(.class == "passed") | .name] | sort | .[] | "      \(.)"' <<<"$verdict"
+fi
+if [ "$skipped" -gt 0 ]; then
+  echo "critest: skipped, by reason (${skips_file#"$top"/}):"
+  jq -r '[.specs[] | select(.class == "skipped")] | group_by(.skip.reason)
+    | sort_by(-length) | .[]
+    | "  \(.[0].skip.reason) (\(length)):", (sort_by(.name) | .[] | "      \(.name)")' <<<"$verdict"
+fi
+if [ "$failed" -gt 0 ]; then
+  echo "critest: failed:"
+  jq -r '.specs[] | select(.class == "failed")
+    | (.message | split("\n")) as $m
+    | "  \(.name)\n      \(.state) at \(.location): \($m[:6] | join("\n      "))"
+      + (if ($m | length) > 6 then "\n      ..." else "" end)' <<<"$verdict"
+  echo "--- last lines of the crust log ($work/crust.log) ---"
+  tail -40 "$work/crust.log" | sed 's/\x1b\[[0-9;]*m//g'   # without colours
+  echo "--- critest's own output is $work/critest.log, kept when CRITEST_KEEP=1 ---"
+fi
+if [ "$stale" -gt 0 ]; then
+  echo "critest: skips.txt entries matching no spec (remove or fix them):"
+  jq -r '.stale[] | "  \(.)"' <<<"$verdict"
+fi
+[ "$notrun" -eq 0 ] || echo "critest: $notrun specs not run (outside the focus given)"
+echo "critest: $(count excluded) benchmark specs not run (critest runs them with -benchmark only)"
+echo "critest: ran in ${elapsed}s"
+echo "critest: $passed passed, $failed failed, $skipped skipped"
+if [ "$failed" -gt 0 ] || [ "$stale" -gt 0 ] || [ "$passed" -eq 0 ]; then
   echo "critest: FAILED"
   exit 1
+fi
+if [ "$rc" -ne 0 ]; then
+  tail -30 "$work/critest.log"
+  fail "critest exited with $rc although every spec passed or was skipped (its output above)"
 fi
 echo "critest: PASSED"

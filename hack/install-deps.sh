@@ -1,22 +1,28 @@
 #!/bin/sh
-# Installs the Debian packages crust needs, for one purpose: run | test | bench.
+# Installs the Debian packages crust needs, for one purpose: build | run | test | bench.
 # Idempotent and quiet when everything is present. Must run as root (apt).
 set -eu
 purpose=${1:-run}
 
+# What building crust needs (it links libseccomp, found through pkg-config).
+pkgs="libseccomp-dev pkg-config"
 # What `crust serve` needs: CNI plugins for the default network, iptables for the bridge
 # plugin's masquerading and the portmap plugin.
-pkgs="containernetworking-plugins iptables"
+serve="containernetworking-plugins iptables"
 case $purpose in
-  run) ;;
+  build) ;;
+  run) pkgs="$pkgs $serve" ;;
   # Sandbox tests: ping, nsenter (util-linux), jq for the fixture CNI plugins. Image tests: a real
   # registry (docker-registry), htpasswd for its basic auth (apache2-utils), openssl for the
-  # token server's key; critest's offline registry: skopeo; the differential unpack test
-  # (tests/unpack_differential.rs) pulls the same images into containerd: containerd, runc.
-  test) pkgs="$pkgs docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo containerd runc" ;;
-  # Benchmarks compare with containerd (and build its pause image with gcc).
-  bench) pkgs="$pkgs docker-registry busybox-static containerd runc gcc libc6-dev" ;;
-  *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;
+  # token server's key; the differential unpack test (tests/unpack_differential.rs) pulls the
+  # same images into Debian's containerd 1.6: containerd, runc. critest's offline registry:
+  # skopeo, curl, gcc and libc6-dev (its static stand-ins); hack/critest.sh reads critest's
+  # report with jq; flock (util-linux) guards the tool cache.
+  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc" ;;
+  # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
+  # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image.
+  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc gcc libc6-dev curl python3 util-linux procps" ;;
+  *) echo "usage: $0 build|run|test|bench" >&2; exit 2 ;;
 esac
 
 missing=""
@@ -31,5 +37,11 @@ if [ -n "$missing" ]; then
   apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# Rust toolchain: the machine's own (rustup); nothing to install here, but say so if absent.
+# Toolchains: the machine's own; nothing to install here, but say so if one is absent.
 command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
+case $purpose in
+  test|bench)
+    # crictl, critest (and containerd for bench) are built from their Go modules.
+    command -v go >/dev/null || { echo "go not found: install Go (1.26 or newer) to build crictl, critest and containerd" >&2; exit 1; }
+    ;;
+esac

@@ -518,3 +518,68 @@ async fn wait_for(mut ok: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn image_volumes_mount_an_image_read_only_and_go_with_the_container() {
+    let mut e = Env::start().await;
+    let pod = e.pod("volumes").await;
+    let mut config = e.config("main", &["sleep", "600"]);
+    let volume = |path: &str, sub: &str, image: &str| pb::Mount {
+        container_path: path.into(),
+        readonly: true,
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        image_sub_path: sub.into(),
+        ..Default::default()
+    };
+    config.mounts = vec![
+        volume("/vol", "", &e.image),
+        volume("/etc-only", "etc", &e.image),
+    ];
+    let id = e.run(&pod, config).await;
+    assert!(e.sh(&id, "ls /vol/bin/busybox").await.contains("busybox"));
+    assert!(
+        e.sh(&id, "cat /etc-only/group")
+            .await
+            .contains("extra:x:3000")
+    );
+    let r = e.exec(&id, &["touch", "/vol/new"]).await;
+    assert_ne!(r.exit_code, 0, "an image volume is read-only");
+    let s = e.status(&id).await;
+    let mounted = s
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/vol")
+        .unwrap();
+    assert_eq!(
+        mounted.image.as_ref().unwrap().image_ref,
+        s.image_id,
+        "the volume's image id"
+    );
+    // Bad requests: writable, or a sub-path the image does not have.
+    let mut config = e.config("writable", &["true"]);
+    config.mounts = vec![pb::Mount {
+        readonly: false,
+        ..volume("/vol", "", &e.image)
+    }];
+    assert_eq!(
+        e.create(&pod, config).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let mut config = e.config("nosub", &["true"]);
+    config.mounts = vec![volume("/vol", "not-there", &e.image)];
+    let err = e.create(&pod, config).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("not-there"), "{}", err.message());
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    let holds = Daemon::entries(&e.d.root.join("images/holds"));
+    assert!(holds.is_empty(), "image holds left: {holds:?}");
+}

@@ -113,6 +113,19 @@ impl Containers {
         blocking(move || rootfs::mount(&mount_layout, &lowerdirs))
             .await
             .map_err(|e| ("mount the root filesystem", e))?;
+        if record.spec.mounts.iter().any(|m| m.image.is_some()) {
+            let (images, layout, mut with_volumes) = (
+                self.images.clone(),
+                rootfs::layout(&self.ctx, &record.id),
+                record.clone(),
+            );
+            *record = blocking(move || {
+                super::volumes::mount_all(&images, &layout, &mut with_volumes)
+                    .map(|()| with_volumes)
+            })
+            .await
+            .map_err(|e| ("mount the image volumes", e))?;
+        }
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
         let prepared = prepare::prepare(
             &self.ctx,
@@ -244,6 +257,7 @@ fn plan(
         stop_signal: nix::sys::signal::Signal::SIGTERM as i32,
         log_path,
         own_pid_namespace,
+        image_volumes: Default::default(),
         spec,
         id,
     }

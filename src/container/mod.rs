@@ -33,6 +33,7 @@ mod status;
 mod stop;
 mod teardown;
 mod update;
+mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

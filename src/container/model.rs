@@ -39,6 +39,13 @@ pub struct MountSpec {
     /// Ignored while SELinux is off on the host.
     pub selinux_relabel: bool,
     pub propagation: Propagation,
+    /// An image volume: this image's content, read-only, instead of a host path (which crust
+    /// fills in with where it mounted the image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The directory of the image to mount, relative to its root; empty: all of it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image_sub_path: String,
 }
 
 /// A host device made available in the container.
@@ -218,6 +225,9 @@ pub struct ContainerRecord {
     pub cgroup: String,
     /// The container has a PID namespace of its own (its processes die with its main one).
     pub own_pid_namespace: bool,
+    /// The image id each image volume mounts, by container path.
+    #[serde(default)]
+    pub image_volumes: BTreeMap<String, String>,
 }
 
 impl crate::store::Record for ContainerRecord {

@@ -94,6 +94,7 @@ impl Containers {
             log_path: None,
             cgroup: String::new(),
             own_pid_namespace: true,
+            image_volumes: Default::default(),
             id,
         }
     }
@@ -124,7 +125,7 @@ impl Containers {
             }
         }
         for holder in self.images.holders() {
-            if !known.contains(&holder) {
+            if !known.contains(super::volumes::holder_container(&holder)) {
                 if let Err(e) = self.images.release(&holder) {
                     tracing::warn!(holder = %holder, error = %e, "releasing an orphaned image hold");
                 }

@@ -44,13 +44,31 @@ pub fn mount(layout: &Layout, lowerdirs: &[PathBuf]) -> Result<(), ContainerErro
     Ok(())
 }
 
-/// Unmounts the root filesystem and deletes the writable layer; what is already gone is fine.
+/// Unmounts the root filesystem (and image volumes) and deletes the writable layer; what is
+/// already gone is fine. Nothing is deleted while something is still mounted under it: that
+/// would delete through the mount, into the image's layers.
 pub fn remove(layout: &Layout) -> Result<(), String> {
-    match umount2(&layout.rootfs, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
-        Err(e) => return Err(format!("unmount {}: {e}", layout.rootfs.display())),
+    for target in mounts_under(&layout.dir) {
+        match umount2(&target, MntFlags::MNT_DETACH) {
+            Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
+            Err(e) => return Err(format!("unmount {}: {e}", target.display())),
+        }
     }
     remove_dir(&layout.dir)
+}
+
+/// Mount points at or under `dir`, deepest first, from /proc/self/mountinfo.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    found.dedup();
+    found
 }
 
 pub fn remove_dir(dir: &Path) -> Result<(), String> {

@@ -13,11 +13,12 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
     if let Err(e) = forget(c, record).await {
         errors.push(e);
     }
-    let (ctx, images, id, cgroup) = (
+    let (ctx, images, id, cgroup, record) = (
         c.ctx.clone(),
         c.images.clone(),
         record.id.clone(),
         record.cgroup.clone(),
+        record.clone(),
     );
     let blocking = tokio::task::spawn_blocking(move || {
         let mut errors = Vec::new();
@@ -33,6 +34,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
         if let Err(e) = images.release(&id) {
             errors.push(format!("release the image: {e}"));
         }
+        errors.extend(super::volumes::release_all(&images, &record));
         if errors.is_empty() {
             if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id)) {
                 errors.push(e);

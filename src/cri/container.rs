@@ -66,9 +66,16 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
 }
 
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
-    if m.image.is_some_and(|i| !i.image.is_empty()) {
+    if m.recursive_read_only && !m.readonly {
         return Err(invalid(format!(
-            "mount {}: image volumes are not supported by this version of crust",
+            "mount {}: recursive_read_only needs readonly too",
+            m.container_path
+        )));
+    }
+    let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
+    if image.is_some() && !m.readonly {
+        return Err(invalid(format!(
+            "mount {}: an image volume is read-only; set readonly",
             m.container_path
         )));
     }
@@ -92,10 +99,12 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
     Ok(MountSpec {
         container_path: m.container_path,
         host_path: m.host_path,
-        readonly: m.readonly || m.recursive_read_only,
+        readonly: m.readonly,
         recursive_readonly: m.recursive_read_only,
         selinux_relabel: m.selinux_relabel,
         propagation,
+        image,
+        image_sub_path: m.image_sub_path,
     })
 }
 
@@ -371,6 +380,16 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
                     Propagation::Bidirectional => pb::MountPropagation::PropagationBidirectional,
                 } as i32,
                 recursive_read_only: m.recursive_readonly,
+                image: m.image.as_ref().map(|image| pb::ImageSpec {
+                    image: image.clone(),
+                    image_ref: r
+                        .image_volumes
+                        .get(&m.container_path)
+                        .cloned()
+                        .unwrap_or_default(),
+                    ..Default::default()
+                }),
+                image_sub_path: m.image_sub_path.clone(),
                 ..Default::default()
             })
             .collect(),

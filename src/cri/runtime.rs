@@ -222,11 +222,12 @@ impl RuntimeService for RuntimeServer {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: self
-                .handlers
-                .iter()
-                .map(|h| pb::RuntimeHandler {
-                    name: h.clone(),
+            // The default handler is listed under "" too, as containerd does: kubelet and
+            // critest look up a pod without a RuntimeClass there.
+            runtime_handlers: std::iter::once(String::new())
+                .chain(self.handlers.iter().cloned())
+                .map(|name| pb::RuntimeHandler {
+                    name,
                     features: Some(pb::RuntimeHandlerFeatures {
                         recursive_read_only_mounts: self.containers.context().host.mount_setattr,
                         user_namespaces: false,

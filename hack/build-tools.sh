@@ -1,0 +1,144 @@
+#!/bin/bash
+# Builds the real clients and peers crust is tested and measured with, from Go modules pinned in
+# this repo (go.mod + go.sum under hack/tools), into a cache keyed by version that later runs
+# reuse:
+#   cri-tools   crictl, critest                           hack/tools/go.mod
+#   kubelet     kubelet                                   hack/tools/kubelet/go.mod
+#   containerd  containerd, ctr, containerd-shim-runc-v2  hack/tools/containerd/go.mod
+# The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
+# A directory is reused while it holds every binary and was built from the same go.mod and
+# go.sum; otherwise it is built again (into a temporary directory, then renamed, under a lock,
+# so an interrupted or concurrent build never leaves half a tool behind).
+#
+# Usage: hack/build-tools.sh NAME...        build (or reuse) and print where each one is
+#        hack/build-tools.sh --dir NAME     print the directory NAME's binaries are in, only
+# Fails, naming the tool and the reason, when Go is missing or a build fails: nothing is skipped.
+set -euo pipefail
+shopt -s inherit_errexit
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${CRUST_TOOLS_CACHE:-/var/cache/crust-tools}
+
+die() { echo "build-tools: $*" >&2; exit 1; }
+
+# tool -> module directory, the module whose version names the cache, the binaries.
+module_dir() {
+  case $1 in
+    cri-tools) echo "$top/hack/tools" ;;
+    kubelet) echo "$top/hack/tools/kubelet" ;;
+    containerd) echo "$top/hack/tools/containerd" ;;
+    *) die "unknown tool '$1' (cri-tools, kubelet or containerd)" ;;
+  esac
+}
+main_module() {
+  case $1 in
+    cri-tools) echo sigs.k8s.io/cri-tools ;;
+    kubelet) echo k8s.io/kubernetes ;;
+    containerd) echo github.com/containerd/containerd/v2 ;;
+  esac
+}
+binaries() {
+  case $1 in
+    cri-tools) echo crictl critest ;;
+    kubelet) echo kubelet ;;
+    containerd) echo containerd ctr containerd-shim-runc-v2 ;;
+  esac
+}
+
+# The version go.mod requires of the tool's main module (a `require` line or a block entry).
+version_of() {
+  local dir mod v
+  dir=$(module_dir "$1")
+  mod=$(main_module "$1")
+  [ -f "$dir/go.mod" ] || die "$dir/go.mod is missing"
+  v=$(awk -v m="$mod" '($1 == m) {print $2; exit} ($1 == "require" && $2 == m) {print $3; exit}' \
+    "$dir/go.mod")
+  [ -n "$v" ] || die "$dir/go.mod does not require $mod"
+  echo "$v"
+}
+dir_of() { local v; v=$(version_of "$1"); echo "$cache/$1-$v"; }
+stamp_of() { cat "$(module_dir "$1")/go.mod" "$(module_dir "$1")/go.sum" | sha256sum | cut -d' ' -f1; }
+
+is_built() { # name dir
+  local b
+  [ -f "$2/.stamp" ] && [ "$(cat "$2/.stamp")" = "$(stamp_of "$1")" ] || return 1
+  for b in $(binaries "$1"); do [ -x "$2/$b" ] || return 1; done
+}
+
+# Builds one tool's binaries into $2 (run inside the tool's module directory; it runs where
+# errexit is off, so each step returns its failure).
+build_into() { # name outdir version
+  local out=$2 v=$3
+  case $1 in
+    cri-tools)
+      local ld="-X sigs.k8s.io/cri-tools/pkg/version.Version=${v#v}"
+      go build -trimpath -ldflags "$ld" -o "$out/crictl" sigs.k8s.io/cri-tools/cmd/crictl || return
+      go test -c -trimpath -ldflags "$ld" -o "$out/critest" sigs.k8s.io/cri-tools/cmd/critest
+      ;;
+    kubelet)
+      # kubelet reports the version it was built as, as its own release process stamps it.
+      local mm=${v#v} pkg=k8s.io/component-base/version minor ld
+      minor=$(echo "$mm" | cut -d. -f2)
+      ld="-X $pkg.gitVersion=$v -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$minor"
+      ld="$ld -X $pkg.gitTreeState=clean"
+      go build -trimpath -ldflags "$ld" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
+      ;;
+    containerd)
+      # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
+      # and a static shim without cgo or the gRPC server.
+      local mod=github.com/containerd/containerd/v2
+      local ld="-X $mod/version.Version=$v"
+      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
+        -o "$out/containerd" "$mod/cmd/containerd" || return
+      go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
+        -o "$out/ctr" "$mod/cmd/ctr" || return
+      CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs no_grpc" -ldflags "$ld" \
+        -o "$out/containerd-shim-runc-v2" "$mod/cmd/containerd-shim-runc-v2"
+      ;;
+  esac
+}
+
+build() { # name
+  local name=$1 dir v mdir tmp start b
+  dir=$(dir_of "$name")
+  v=$(version_of "$name")
+  mdir=$(module_dir "$name")
+  if is_built "$name" "$dir"; then
+    echo "build-tools: $name $v: cached in $dir" >&2
+    return 0
+  fi
+  command -v go >/dev/null || die "go is not installed (needed to build $name $v from $mdir)"
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock-$name"
+  flock 9
+  if is_built "$name" "$dir"; then   # built by a concurrent run while we waited
+    exec 9>&-
+    echo "build-tools: $name $v: cached in $dir" >&2
+    return 0
+  fi
+  echo "build-tools: building $name $v from $mdir ($(go version | awk '{print $3}')) into $dir" >&2
+  start=$(date +%s)
+  rm -rf "$cache/.build-$name".*   # left by an interrupted build (we hold the lock)
+  tmp=$(mktemp -d "$cache/.build-$name.XXXXXX")
+  if ! (cd "$mdir" && build_into "$name" "$tmp" "$v"); then
+    rm -rf "$tmp"
+    die "building $name $v failed (see the go output above)"
+  fi
+  for b in $(binaries "$name"); do
+    [ -x "$tmp/$b" ] || { rm -rf "$tmp"; die "building $name $v produced no $b"; }
+  done
+  stamp_of "$name" > "$tmp/.stamp"
+  chmod 755 "$tmp"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  exec 9>&-
+  echo "build-tools: $name $v built in $(( $(date +%s) - start ))s" >&2
+}
+
+[ $# -gt 0 ] || die "usage: $0 [--dir] cri-tools|kubelet|containerd..."
+if [ "$1" = --dir ]; then
+  [ $# -eq 2 ] || die "usage: $0 --dir cri-tools|kubelet|containerd"
+  dir_of "$2"
+  exit 0
+fi
+for t in "$@"; do build "$t"; done
+for t in "$@"; do dir_of "$t"; done

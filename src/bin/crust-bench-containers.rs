@@ -1,0 +1,324 @@
+//! crust-bench-containers: drives any CRI endpoint (crust, containerd) through the container
+//! lifecycle and prints medians and p95: CreateContainer, StartContainer, StopContainer,
+//! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
+//! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
+//! containers each, and the memory a pod with five running containers costs the runtime.
+//!
+//! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
+//!   --image crust.bench/busybox:1
+
+#[path = "bench/common.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use common::{report, report_mem, rss_kib};
+use crust::cri::pb;
+use crust::cri::pb::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::Channel;
+
+#[derive(Parser)]
+#[command(about = "CRI container latency and memory benchmark")]
+struct Args {
+    #[arg(long)]
+    endpoint: String,
+    #[arg(long, default_value = "runtime")]
+    label: String,
+    /// An image with busybox (sh, sleep, true) the runtime already has.
+    #[arg(long)]
+    image: String,
+    /// Containers created, started, stopped and removed one after another (measured).
+    #[arg(long, default_value_t = 30)]
+    rounds: usize,
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Pods kept alive together for the relist (kubelet's default max-pods).
+    #[arg(long, default_value_t = 110)]
+    alive: usize,
+    /// Running containers in each of those pods.
+    #[arg(long, default_value_t = 3)]
+    per_pod: usize,
+    #[arg(long)]
+    daemon_pid: Option<i32>,
+}
+
+type Client = RuntimeServiceClient<Channel>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut c = crust::cri::client::runtime(&args.endpoint)
+        .await
+        .with_context(|| format!("connecting to {}", args.endpoint))?;
+    lifecycle(&mut c, &args).await?;
+    from_nothing(&mut c, &args).await?;
+    memory(&mut c, &args).await?;
+    relist(&mut c, &args).await
+}
+
+/// One pod; containers created, started, exec'd into, stopped and removed one at a time.
+async fn lifecycle(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let pod = run_pod(c, "lifecycle").await?;
+    let (mut create, mut start, mut both) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut exec, mut stop, mut remove) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..args.warmup + args.rounds {
+        let t = Instant::now();
+        let id = create_container(c, &pod, &format!("c{i}"), &args.image, STOPPABLE).await?;
+        let created = t.elapsed();
+        let t2 = Instant::now();
+        start_container(c, &id).await?;
+        let started = t2.elapsed();
+        let total = t.elapsed();
+        let mut execs = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let r = c
+                .exec_sync(pb::ExecSyncRequest {
+                    container_id: id.clone(),
+                    cmd: vec!["true".into()],
+                    timeout: 10,
+                })
+                .await?
+                .into_inner();
+            if r.exit_code != 0 {
+                bail!("ExecSync of true exited {}", r.exit_code);
+            }
+            execs.push(t.elapsed());
+        }
+        let t = Instant::now();
+        c.stop_container(pb::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 10,
+        })
+        .await?;
+        let stopped = t.elapsed();
+        let t = Instant::now();
+        c.remove_container(pb::RemoveContainerRequest { container_id: id })
+            .await?;
+        if i >= args.warmup {
+            create.push(created);
+            start.push(started);
+            both.push(total);
+            exec.extend(execs);
+            stop.push(stopped);
+            remove.push(t.elapsed());
+        }
+    }
+    report(&args.label, "CreateContainer", &create);
+    report(&args.label, "StartContainer", &start);
+    report(&args.label, "CreateContainer+StartContainer", &both);
+    report(&args.label, "ExecSync (true)", &exec);
+    report(&args.label, "StopContainer (exits on SIGTERM)", &stop);
+    report(&args.label, "RemoveContainer", &remove);
+    remove_pod(c, &pod).await
+}
+
+/// RunPodSandbox + CreateContainer + StartContainer, as kubelet does for a new pod.
+async fn from_nothing(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let mut total = Vec::new();
+    for i in 0..args.warmup + args.rounds {
+        let t = Instant::now();
+        let pod = run_pod(c, &format!("fresh-{i}")).await?;
+        let id = create_container(c, &pod, "main", &args.image, SLEEPER).await?;
+        start_container(c, &id).await?;
+        if i >= args.warmup {
+            total.push(t.elapsed());
+        }
+        remove_pod(c, &pod).await?;
+    }
+    report(&args.label, "pod + container from nothing", &total);
+    Ok(())
+}
+
+/// A pod with five running containers: what the runtime's own processes for it hold.
+async fn memory(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let pod = run_pod(c, "memory").await?;
+    for i in 0..5 {
+        let id = create_container(c, &pod, &format!("m{i}"), &args.image, SLEEPER).await?;
+        start_container(c, &id).await?;
+    }
+    // Let the runtime settle (crust's monitor drops start-up pages when idle).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    report_mem(
+        &args.label,
+        "runtime RSS for a pod, 5 containers",
+        &[runtime_rss_kib(&pod)],
+    );
+    remove_pod(c, &pod).await
+}
+
+/// kubelet's relist every second: ListPodSandbox + ListContainers, and ContainerStatus.
+async fn relist(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let mut pods = Vec::new();
+    let mut containers = Vec::new();
+    for p in 0..args.alive {
+        let pod = run_pod(c, &format!("alive-{p}")).await?;
+        for i in 0..args.per_pod {
+            let id = create_container(c, &pod, &format!("c{i}"), &args.image, SLEEPER).await?;
+            start_container(c, &id).await?;
+            containers.push(id);
+        }
+        pods.push(pod);
+    }
+    let (mut list, mut status) = (Vec::new(), Vec::new());
+    for round in 0..100 {
+        let t = Instant::now();
+        let n_pods = c
+            .list_pod_sandbox(pb::ListPodSandboxRequest { filter: None })
+            .await?
+            .into_inner()
+            .items
+            .len();
+        let n = c
+            .list_containers(pb::ListContainersRequest { filter: None })
+            .await?
+            .into_inner()
+            .containers
+            .len();
+        list.push(t.elapsed());
+        if n_pods < pods.len() || n < containers.len() {
+            bail!("relist saw {n_pods} pods and {n} containers");
+        }
+        let t = Instant::now();
+        c.container_status(pb::ContainerStatusRequest {
+            container_id: containers[round % containers.len()].clone(),
+            verbose: false,
+        })
+        .await?;
+        status.push(t.elapsed());
+    }
+    let what = format!("relist ({} pods x {})", pods.len(), args.per_pod);
+    report(&args.label, &what, &list);
+    report(&args.label, "ContainerStatus", &status);
+    if let Some(pid) = args.daemon_pid {
+        let what = format!("daemon RSS, {} containers", containers.len());
+        report_mem(&args.label, &what, &[rss_kib(pid)?]);
+    }
+    for pod in &pods {
+        remove_pod(c, pod).await?;
+    }
+    Ok(())
+}
+
+/// Exits at once on SIGTERM (the shell's trap runs while it waits on its child).
+const STOPPABLE: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+const SLEEPER: &str = "sleep 3600";
+
+type Pod = (String, pb::PodSandboxConfig);
+
+async fn run_pod(c: &mut Client, name: &str) -> anyhow::Result<Pod> {
+    let name = format!("cbench-{}-{name}", std::process::id());
+    let config = pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.clone(),
+            uid: format!("{name}-uid"),
+            namespace: "bench".into(),
+            attempt: 0,
+        }),
+        hostname: "bench".into(),
+        log_directory: format!("/tmp/crust-bench-logs/{name}"),
+        linux: Some(pb::LinuxPodSandboxConfig {
+            security_context: Some(pb::LinuxSandboxSecurityContext {
+                namespace_options: Some(pb::NamespaceOption {
+                    pid: pb::NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = c
+        .run_pod_sandbox(pb::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    Ok((id, config))
+}
+
+async fn remove_pod(c: &mut Client, pod: &Pod) -> anyhow::Result<()> {
+    c.stop_pod_sandbox(pb::StopPodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await?;
+    c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+        pod_sandbox_id: pod.0.clone(),
+    })
+    .await?;
+    Ok(())
+}
+
+async fn create_container(
+    c: &mut Client,
+    pod: &Pod,
+    name: &str,
+    image: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    let config = pb::ContainerConfig {
+        metadata: Some(pb::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        log_path: format!("{name}.log"),
+        linux: Some(pb::LinuxContainerConfig {
+            security_context: Some(pb::LinuxContainerSecurityContext {
+                namespace_options: Some(pb::NamespaceOption {
+                    pid: pb::NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(c.create_container(pb::CreateContainerRequest {
+        pod_sandbox_id: pod.0.clone(),
+        config: Some(config),
+        sandbox_config: Some(pod.1.clone()),
+    })
+    .await?
+    .into_inner()
+    .container_id)
+}
+
+async fn start_container(c: &mut Client, id: &str) -> anyhow::Result<()> {
+    c.start_container(pb::StartContainerRequest {
+        container_id: id.into(),
+    })
+    .await?;
+    Ok(())
+}
+
+/// What the runtime's own processes for a pod hold: those naming the pod in their command
+/// line (crust's monitor and pod init; containerd's shim) or sitting in the sandbox's own
+/// cgroup (containerd's pause), not the containers' workloads.
+fn runtime_rss_kib(pod: &Pod) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let sandbox_cgroup = cgroup.lines().any(|l| {
+            l.ends_with(&format!("/{}", pod.0)) || l.ends_with(&format!("-{}.scope", pod.0))
+        });
+        if String::from_utf8_lossy(&cmdline).contains(&pod.0) || sandbox_cgroup {
+            total += rss_kib(pid).unwrap_or(0);
+        }
+    }
+    total
+}
