@@ -93,9 +93,10 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     })?);
     let containers = start_containers(&config, &sandboxes, &images).await?;
     let listener = bind(&socket)?;
-    // No container backend yet: Exec and Attach answer Unimplemented, port-forward works.
     let settings = crate::stream::ServerSettings::from_config(&config.stream);
-    let (stream_server, streams) = crate::stream::StreamServer::bind(settings, None).await?;
+    let backend = crate::stream::containers::ContainerBackend(containers.clone());
+    let (stream_server, streams) =
+        crate::stream::StreamServer::bind(settings, Some(Arc::new(backend))).await?;
     tracing::info!(url = %streams.base_url(), "stream server listening");
     tokio::spawn(stream_server.serve());
     let runtime = RuntimeServer {

@@ -61,7 +61,7 @@ impl Containers {
         Ok(out)
     }
 
-    fn exec_template(
+    pub(super) fn exec_template(
         &self,
         id: &str,
         entry: &super::Entry,

@@ -21,6 +21,7 @@ mod events;
 mod exec_sync;
 mod exits;
 mod host;
+pub mod interactive;
 pub mod model;
 mod pod;
 mod prepare;

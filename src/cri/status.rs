@@ -6,9 +6,9 @@ use crate::container::ContainerError;
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::SandboxError;
+use crate::store::StoreError;
 use crate::stream::StreamError;
 use crate::stream::backend::BackendError;
-use crate::store::StoreError;
 
 pub fn unimplemented(rpc: &str) -> Status {
     Status::unimplemented(format!("{rpc} is not implemented by this version of crust"))

@@ -36,9 +36,7 @@ pub async fn exec(
     };
     let tty = req.process.terminal().unwrap_or(false);
     let prepared = if tty {
-        console(&dir).map(|(stdio, listener, path)| {
-            (stdio, Theirs::Console(listener), Some(path))
-        })
+        console(&dir).map(|(stdio, listener, path)| (stdio, Theirs::Console(listener), Some(path)))
     } else {
         pipes(req.stdin).map(|(stdio, ours)| (stdio, Theirs::Pipes(ours), None))
     };
@@ -67,8 +65,10 @@ pub async fn exec(
     drop(monitor.watch(spawned.pid, since));
     let (outcome, fds) = match ours {
         Theirs::Console(listener) => {
-            let (outcome, master) =
-                tokio::join!(spawned.outcome(), super::workloads::receive_console(Some(listener)));
+            let (outcome, master) = tokio::join!(
+                spawned.outcome(),
+                super::workloads::receive_console(Some(listener))
+            );
             (outcome, master.into_iter().collect::<Vec<_>>())
         }
         Theirs::Pipes(fds) => (spawned.outcome().await, fds),
@@ -118,10 +118,9 @@ fn running_container_dir(monitor: &Monitor, id: &str) -> Result<std::path::PathB
             Fault::NotFound,
             format!("this pod's monitor has no container {id}"),
         )),
-        Some(w) if !w.is_alive() => Err(err(
-            Fault::State,
-            format!("container {id} is not running"),
-        )),
+        Some(w) if !w.is_alive() => {
+            Err(err(Fault::State, format!("container {id} is not running")))
+        }
         Some(w) => Ok(w.dir().to_owned()),
     }
 }
@@ -130,7 +129,10 @@ fn running_container_dir(monitor: &Monitor, id: &str) -> Result<std::path::PathB
 fn console(
     dir: &std::path::Path,
 ) -> std::io::Result<(Stdio, tokio::net::UnixListener, std::path::PathBuf)> {
-    let name = format!("exec-console-{}.sock", crate::sandbox::new_id().get(..16).unwrap_or("0"));
+    let name = format!(
+        "exec-console-{}.sock",
+        crate::sandbox::new_id().get(..16).unwrap_or("0")
+    );
     let path = dir.join(&name);
     let (_dir, short) = super::short_socket_path(dir, &name)?;
     let listener = std::os::unix::net::UnixListener::bind(short)?;
@@ -203,6 +205,9 @@ pub async fn attach(
     send(&mut write, &Reply::Attached { tty }, &fds).await;
     drop(fds);
     let mut probe = [0u8; 1];
+    // With stdin, the client shuts its side down when its stdin ends, and keeps reading; an
+    // attacher that is simply gone is noticed when writing to it fails.
+    let mut input_open = true;
     loop {
         tokio::select! {
             chunk = rx.recv() => match chunk {
@@ -214,13 +219,26 @@ pub async fn attach(
                 // The container exited and its output is all out.
                 None => break,
             },
-            _ = read.read(&mut probe) => break,
+            _ = read.read(&mut probe), if input_open => {
+                input_open = false;
+                if with_stdin && stdin_once {
+                    close_stdin(monitor, id);
+                }
+                if !with_stdin {
+                    break;
+                }
+            }
         }
     }
     if with_stdin && stdin_once {
-        if let Some(w) = monitor.workloads.borrow_mut().get_mut(id) {
-            w.stdin = None;
-        }
+        close_stdin(monitor, id);
+    }
+}
+
+/// The first attacher with stdin is done with it: the container's stdin closes.
+fn close_stdin(monitor: &Monitor, id: &str) {
+    if let Some(w) = monitor.workloads.borrow_mut().get_mut(id) {
+        w.stdin = None;
     }
 }
 

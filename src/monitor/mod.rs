@@ -21,6 +21,7 @@ mod interactive;
 mod logs;
 mod process;
 mod server;
+pub mod session;
 mod worker;
 mod workloads;
 

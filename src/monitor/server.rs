@@ -312,9 +312,10 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
         Request::Forget { id } => workloads::forget(monitor, &id).await,
         Request::ReopenLog { id } => workloads::reopen_log(monitor, &id),
         Request::Exec(req) => super::exec::run(monitor, *req).await,
-        Request::Subscribe | Request::ExecStream(_) | Request::Attach { .. } => {
-            err(Fault::Invalid, "a streaming request is answered elsewhere".into())
-        }
+        Request::Subscribe | Request::ExecStream(_) | Request::Attach { .. } => err(
+            Fault::Invalid,
+            "a streaming request is answered elsewhere".into(),
+        ),
     }
 }
 

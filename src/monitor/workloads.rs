@@ -218,7 +218,13 @@ fn relay_outputs(
     }
     for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
         if let Some(fd) = fd {
-            relays.push(logs::start(fd, stream, false, log.clone(), attachers.clone())?);
+            relays.push(logs::start(
+                fd,
+                stream,
+                false,
+                log.clone(),
+                attachers.clone(),
+            )?);
         }
     }
     Ok(relays)

@@ -16,6 +16,7 @@
 
 pub mod backend;
 pub mod channel;
+pub mod containers;
 mod idle;
 pub mod portforward;
 pub mod remotecommand;
