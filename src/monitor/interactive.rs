@@ -185,21 +185,22 @@ pub async fn attach(
     mut write: OwnedWriteHalf,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::channel(ATTACH_BACKLOG);
-    let (tty, stdin_once, fd) = {
+    let joined = {
         let workloads = monitor.workloads.borrow();
-        let Some(w) = workloads.get(id).filter(|w| w.is_alive()) else {
-            drop(workloads);
-            let reply = err(Fault::State, format!("container {id} is not running"));
-            return send(&mut write, &reply, &[]).await;
-        };
-        // A tty's master serves stdin and resizes; without a tty, stdin's write end.
-        let fd = if with_stdin || w.tty() {
-            w.stdin.as_ref().and_then(|f| f.try_clone().ok())
-        } else {
-            None
-        };
-        w.attachers.borrow_mut().push(tx);
-        (w.tty(), w.stdin_once(), fd)
+        workloads.get(id).filter(|w| w.is_alive()).map(|w| {
+            // A tty's master serves stdin and resizes; without a tty, stdin's write end.
+            let fd = if with_stdin || w.tty() {
+                w.stdin.as_ref().and_then(|f| f.try_clone().ok())
+            } else {
+                None
+            };
+            w.attachers.borrow_mut().push(tx);
+            (w.tty(), w.stdin_once(), fd)
+        })
+    };
+    let Some((tty, stdin_once, fd)) = joined else {
+        let reply = err(Fault::State, format!("container {id} is not running"));
+        return send(&mut write, &reply, &[]).await;
     };
     let fds: Vec<OwnedFd> = fd.into_iter().collect();
     send(&mut write, &Reply::Attached { tty }, &fds).await;
