@@ -114,13 +114,18 @@ impl Containers {
             stderr,
             resize,
         } = io;
-        let writer = session.take_writer();
+        // Open while attached (dropping it shuts it down, which the monitor takes for a
+        // detach), shut down when the client's stdin ends.
+        let mut writer = session.take_writer();
         let stdin_fd = fd_clone(&fd);
-        let input = async move {
+        let input = async {
+            if stdin.is_none() {
+                return;
+            }
             feed_stdin(stdin, stdin_fd).await;
             // The client's stdin ended: the monitor closes the container's if it is
             // `stdin_once`.
-            if let Some(mut w) = writer {
+            if let Some(w) = writer.as_mut() {
                 let _ = w.shutdown().await;
             }
         };

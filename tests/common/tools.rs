@@ -1,7 +1,7 @@
-//! Real Kubernetes clients for the streaming tests: crictl (sigs.k8s.io/cri-tools v1.37.0) and
-//! a small client-go program (`tests/fixtures/stream-client`). Each is taken from `$CRICTL` /
-//! PATH when there, else built once with Go into `target/tools` (from the Go module cache or
-//! proxy). Without Go the tests fail saying so: a skip is never a pass.
+//! Real Kubernetes clients for the tests: crictl (sigs.k8s.io/cri-tools v1.37.0, pinned in
+//! hack/tools and built by hack/build-tools.sh) and a small client-go program
+//! (`tests/fixtures/stream-client`, built once with Go into `target/tools`). Without Go the
+//! tests fail saying so: a skip is never a pass.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -44,53 +44,27 @@ fn go_build(module: &Path, package: &str, out: &Path) {
     std::fs::rename(&tmp, out).unwrap();
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// crictl 1.37 (`--transport spdy|websocket`).
+/// crictl 1.37 (`--transport spdy|websocket`): `$CRICTL`, else the one `hack/build-tools.sh`
+/// builds from the pinned cri-tools module (built now if it is not yet).
 pub fn crictl() -> PathBuf {
     if let Some(p) = std::env::var_os("CRICTL") {
         return p.into();
     }
-    let out = tools_dir().join("crictl");
-    if out.exists() {
-        return out;
-    }
-    if let Some(p) = on_path("crictl") {
-        let v = Command::new(&p).arg("--version").output().unwrap();
-        if String::from_utf8_lossy(&v.stdout).contains("v1.3") {
-            return p;
-        }
-    }
-    let module = tools_dir().join("crictl-src");
-    std::fs::create_dir_all(&module).unwrap();
-    std::fs::write(
-        module.join("go.mod"),
-        "module crictlbuild\n\ngo 1.24\n\nrequire sigs.k8s.io/cri-tools v1.37.0\n",
-    )
-    .unwrap();
-    std::fs::write(
-        module.join("tools.go"),
-        "//go:build tools\n\npackage tools\n\nimport _ \"sigs.k8s.io/cri-tools/cmd/crictl\"\n",
-    )
-    .unwrap();
-    let tidy = Command::new("go")
-        .args(["mod", "tidy"])
-        .current_dir(&module)
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-tools.sh");
+    let out = Command::new(&script)
+        .arg("cri-tools")
         .output()
-        .expect("the streaming tests need Go to build crictl");
+        .expect("hack/build-tools.sh runs");
     assert!(
-        tidy.status.success(),
-        "{}",
-        String::from_utf8_lossy(&tidy.stderr)
+        out.status.success(),
+        "building crictl: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    go_build(&module, "sigs.k8s.io/cri-tools/cmd/crictl", &out);
-    out
+    let dir = Command::new(&script)
+        .args(["--dir", "cri-tools"])
+        .output()
+        .expect("hack/build-tools.sh runs");
+    PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join("crictl")
 }
 
 /// The client-go exec/attach client of `tests/fixtures/stream-client`.
