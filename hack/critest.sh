@@ -201,7 +201,27 @@ fi
 echo "critest: $(count excluded) benchmark specs not run (critest runs them with -benchmark only)"
 echo "critest: ran in ${elapsed}s"
 echo "critest: $passed passed, $failed failed, $skipped skipped"
-if [ "$failed" -gt 0 ] || [ "$stale" -gt 0 ] || [ "$passed" -eq 0 ]; then
+
+# --- the Streaming specs once more over WebSocket (the suite above spoke SPDY), as kubectl
+# 1.31+ and crictl --transport websocket do.
+ws_failed=0
+if [ $# -eq 0 ]; then
+  set +e
+  "$CRITEST" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
+    --ginkgo.no-color --ginkgo.timeout=10m --ginkgo.focus=Streaming "${skip_args[@]}" \
+    --websocket-exec --websocket-attach --websocket-portforward \
+    --ginkgo.json-report="$work/report-ws.json" > "$work/critest-ws.log" 2>&1
+  set -e
+  [ -s "$work/report-ws.json" ] || fail "critest over WebSocket wrote no report (see $work/critest-ws.log)"
+  ws=$(jq '[.[0].SpecReports[] | select(.LeafNodeType == "It" and .State != "skipped")]' \
+    "$work/report-ws.json")
+  ws_passed=$(jq '[.[] | select(.State == "passed")] | length' <<<"$ws")
+  ws_failed=$(jq '[.[] | select(.State != "passed")] | length' <<<"$ws")
+  jq -r '.[] | select(.State != "passed") | "  \(.LeafNodeText): \(.State) \(.Failure.Message // "" | split("\n")[0])"' <<<"$ws"
+  echo "critest: Streaming over WebSocket: $ws_passed passed, $ws_failed failed"
+  [ "$ws_passed" -gt 0 ] || ws_failed=1
+fi
+if [ "$failed" -gt 0 ] || [ "$stale" -gt 0 ] || [ "$passed" -eq 0 ] || [ "$ws_failed" -gt 0 ]; then
   echo "critest: FAILED"
   exit 1
 fi
