@@ -372,10 +372,18 @@ async fn every_rpc_is_registered_and_unbuilt_ones_say_so() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("config"), "{}", err.message());
+    // The event stream is served; checkpointing is not built and says so by name.
+    c.get_container_events(pb::GetEventsRequest {})
+        .await
+        .unwrap();
     let err = c
-        .get_container_events(pb::GetEventsRequest {})
+        .checkpoint_container(pb::CheckpointContainerRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
-    assert!(err.message().contains("GetContainerEvents"));
+    assert!(
+        err.message().contains("CheckpointContainer"),
+        "{}",
+        err.message()
+    );
 }

@@ -380,7 +380,7 @@ async fn port_forward_needs_a_ready_pod() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
-    // Exec and Attach answer what they did before containers exist.
+    // Exec of a container that does not exist names it.
     let err = c
         .exec(pb::ExecRequest {
             container_id: "c".into(),
@@ -390,7 +390,8 @@ async fn port_forward_needs_a_ready_pod() {
         })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unimplemented, "{err}");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+    assert!(err.message().contains("\"c\""), "{err}");
 }
 
 /// A discard server inside the namespace pinned at `pin`: reads each connection to its end,

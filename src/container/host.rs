@@ -31,6 +31,7 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
         cgroup_v1_binds: Vec::new(),
         mount_propagation: Default::default(),
         swap_limit: swap_limit(cgroup_v2),
+        hugetlb: hugetlb(cgroup_v2),
         // No AppArmor profile of crust's own is loaded: RuntimeDefault means none.
         apparmor_default_profile: None,
     }
@@ -52,6 +53,16 @@ fn swap_limit(cgroup_v2: bool) -> bool {
                 .join("memory.swap.max")
                 .exists()
         })
+}
+
+/// Whether containers' cgroups have the hugetlb controller: on v1 its own mounted hierarchy
+/// (a hybrid host may mount it only in the unified tree); on v2 one the root lists.
+fn hugetlb(cgroup_v2: bool) -> bool {
+    if cgroup_v2 {
+        return std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "hugetlb"));
+    }
+    Path::new("/sys/fs/cgroup/hugetlb/cgroup.procs").exists()
 }
 
 /// Capability names by number, as the kernel numbers them.

@@ -133,6 +133,11 @@ pub struct HostFeatures {
     /// The memory controller can limit swap (cgroup v1 `memory.memsw.*`, v2
     /// `memory.swap.max`); without it no swap limit is written.
     pub swap_limit: bool,
+    /// The container's cgroup hierarchy has the hugetlb controller. Without it hugepage limits
+    /// are left out, as runc leaves out a controller that is not mounted: kubelet asks for
+    /// them whenever the kernel has huge pages, and a hybrid v1 host may keep hugetlb only in
+    /// the unified hierarchy no container is placed in.
+    pub hugetlb: bool,
     /// The AppArmor profile `RuntimeDefault` (and an unset profile) means, once the container
     /// module has loaded it; `None` leaves such containers without a profile.
     pub apparmor_default_profile: Option<String>,

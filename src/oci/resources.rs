@@ -42,7 +42,7 @@ pub fn container_resources(
     out.set_devices(None)
         .set_cpu(cpu(r)?)
         .set_memory(memory(r, host)?)
-        .set_hugepage_limits(hugepages(r)?)
+        .set_hugepage_limits(hugepages(r, host)?)
         .set_unified(unified(r, host)?);
     Ok(out)
 }
@@ -107,7 +107,10 @@ fn memory(r: &Resources, host: &HostFeatures) -> Result<Option<LinuxMemory>, Spe
     Ok(Some(memory))
 }
 
-fn hugepages(r: &Resources) -> Result<Option<Vec<LinuxHugepageLimit>>, SpecError> {
+fn hugepages(
+    r: &Resources,
+    host: &HostFeatures,
+) -> Result<Option<Vec<LinuxHugepageLimit>>, SpecError> {
     if r.hugepage_limits.is_empty() {
         return Ok(None);
     }
@@ -127,7 +130,12 @@ fn hugepages(r: &Resources) -> Result<Option<Vec<LinuxHugepageLimit>>, SpecError
         out.set_page_size(h.page_size.clone()).set_limit(limit);
         Ok(out)
     });
-    limits.collect::<Result<Vec<_>, _>>().map(Some)
+    let limits = limits.collect::<Result<Vec<_>, _>>()?;
+    if !host.hugetlb {
+        tracing::debug!("no hugetlb controller for containers: hugepage limits left out");
+        return Ok(None);
+    }
+    Ok(Some(limits))
 }
 
 fn unified(
@@ -273,6 +281,7 @@ mod tests {
         HostFeatures {
             cgroup_v2: true,
             swap_limit: true,
+            hugetlb: true,
             ..Default::default()
         }
     }
@@ -466,6 +475,14 @@ mod tests {
             ("2MB", 4 << 20)
         );
         assert_eq!(out.unified().as_ref().unwrap()["memory.high"], "1G");
+
+        // Without a hugetlb controller the limits are left out (kubelet sends them anyway).
+        let no_hugetlb = HostFeatures {
+            hugetlb: false,
+            ..v2()
+        };
+        let out = container_resources(&r, &no_hugetlb).unwrap();
+        assert!(out.hugepage_limits().is_none());
 
         let v1 = HostFeatures::default();
         let err = container_resources(&r, &v1).unwrap_err();
