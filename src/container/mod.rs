@@ -29,6 +29,7 @@ mod remove;
 mod reopen_log;
 mod rootfs;
 mod start;
+mod stats;
 mod status;
 mod stop;
 mod teardown;
@@ -42,6 +43,7 @@ use std::time::Duration;
 
 pub use model::*;
 pub use recover::RecoverySummary;
+pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
 
 use crate::image::Images;
@@ -261,6 +263,8 @@ pub struct Containers {
     table: Mutex<Table>,
     /// The task following each pod monitor's events, by pod id.
     watchers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// What statistics remember between calls (CPU readings, writable layer usage).
+    stats: stats::StatsState,
 }
 
 impl Containers {
@@ -275,6 +279,7 @@ impl Containers {
             images,
             table: Mutex::new(Table::default()),
             watchers: Mutex::new(HashMap::new()),
+            stats: Default::default(),
         })
     }
 
