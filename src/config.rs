@@ -61,6 +61,15 @@ pub struct Config {
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// crust's own Prometheus metrics.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` to serve them on (`GET /metrics`), e.g. `127.0.0.1:9100`; unset: not served.
+    pub address: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -224,6 +233,7 @@ impl Default for Config {
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -526,6 +536,15 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn metrics_endpoint_is_off_unless_an_address_is_given() {
+        assert_eq!(Config::default().metrics.address, None);
+        let c = Config::parse("[metrics]\naddress = \"127.0.0.1:9100\"").unwrap();
+        assert_eq!(c.metrics.address, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::parse("[metrics]\naddress = \"localhost\"").unwrap_err();
+        assert!(e.to_string().contains("address"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod container;
 pub mod cri;
 pub mod daemon;
 pub mod image;
+pub mod metrics;
 pub mod monitor;
 pub mod network;
 pub mod oci;

@@ -151,12 +151,19 @@ impl ImageService for ImageServer {
             // The pull runs in a task of its own: when the client gives up (kubelet's pull
             // deadline, a ^C'd crictl), the download still finishes and lands in the store, and
             // a retry finds it there (or joins it) instead of starting over.
-            let pulled =
-                tokio::spawn(async move { images.pull(&image, &creds).await }.in_current_span());
+            let pulled = tokio::spawn(
+                async move {
+                    let started = std::time::Instant::now();
+                    let pulled = images.pull(&image, &creds).await.map_err(Status::from);
+                    let failure = pulled.as_ref().err().map(|s| s.code() as i32);
+                    crate::metrics::image_pull_finished(started.elapsed(), failure);
+                    pulled
+                }
+                .in_current_span(),
+            );
             let record = pulled
                 .await
                 .map_err(super::status::task_failed)?
-                .map_err(Status::from)
                 .inspect_err(log_err)?;
             Ok(Response::new(pb::PullImageResponse {
                 image_ref: record.id.to_string(),

@@ -314,6 +314,7 @@ async fn download(
         match next {
             None => return Ok(()),
             Some(Ok(chunk)) => {
+                crate::metrics::image_bytes_downloaded(chunk.len() as u64);
                 ingest
                     .write(&chunk)
                     .map_err(|e| local("writing", ingest.path())(e))?;
