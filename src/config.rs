@@ -61,6 +61,7 @@ pub struct Config {
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
+    pub stream: StreamConfig,
     pub metrics: MetricsConfig,
 }
 
@@ -233,6 +234,7 @@ impl Default for Config {
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
+            stream: StreamConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -247,6 +249,66 @@ impl Default for NetworkConfig {
             plugin_timeout_ms: 30_000,
             masquerade_subnets: vec!["10.88.0.0/16".into()],
         }
+    }
+}
+
+/// The exec / attach / port-forward server (kubelet and crictl connect to the URLs the Exec,
+/// Attach and PortForward RPCs answer).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// IP address to listen on.
+    pub address: String,
+    /// TCP port; 0 takes any free port.
+    pub port: u16,
+    /// PEM certificate chain; with `tls_key`, the server speaks HTTPS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// A stream with no traffic either way for this long is closed (kubelet's 4 h).
+    pub idle_timeout_secs: u64,
+    /// Streaming connections open at once; more are refused with 429.
+    pub max_sessions: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            address: "127.0.0.1".into(),
+            port: 0,
+            tls_cert: None,
+            tls_key: None,
+            idle_timeout_secs: 4 * 3600,
+            max_sessions: 1000,
+        }
+    }
+}
+
+impl StreamConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.address.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!(
+                "stream.address {:?} is not an IP address",
+                self.address
+            ));
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {}
+            (Some(c), Some(k)) => {
+                for f in [c, k] {
+                    if !f.is_file() {
+                        return Err(format!("stream TLS file {} is not a file", f.display()));
+                    }
+                }
+            }
+            _ => return Err("stream.tls_cert and stream.tls_key go together".into()),
+        }
+        if self.idle_timeout_secs == 0 {
+            return Err("stream.idle_timeout_secs must be positive".into());
+        }
+        if !(1..=100_000).contains(&self.max_sessions) {
+            return Err("stream.max_sessions must be between 1 and 100000".into());
+        }
+        Ok(())
     }
 }
 
@@ -349,6 +411,7 @@ impl Config {
             }
         }
         self.validate_registry()?;
+        self.stream.validate().map_err(ConfigError::Invalid)?;
         tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
         Ok(())
@@ -536,6 +599,38 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn stream_settings() {
+        let c = Config::default();
+        assert_eq!(
+            (
+                c.stream.address.as_str(),
+                c.stream.port,
+                c.stream.idle_timeout_secs
+            ),
+            ("127.0.0.1", 0, 14_400)
+        );
+        let c =
+            Config::parse("[stream]\naddress = \"::\"\nport = 10010\nmax_sessions = 5").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.stream.port, 10010);
+        for (bad, why) in [
+            ("address = \"localhost\"", "not an IP"),
+            ("tls_cert = \"/etc/hostname\"", "go together"),
+            (
+                "tls_cert = \"/nonexistent\"\ntls_key = \"/nonexistent\"",
+                "not a file",
+            ),
+            ("idle_timeout_secs = 0", "positive"),
+            ("max_sessions = 0", "between"),
+        ] {
+            let c = Config::parse(&format!("[stream]\n{bad}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(Config::parse("[stream]\nbogus = 1").is_err());
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum DaemonError {
     Serve(#[from] tonic::transport::Error),
     #[error("network.conf_template: {0}")]
     Network(String),
+    #[error("starting the stream server: {0}")]
+    Stream(#[from] crate::stream::StreamError),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
@@ -92,6 +94,11 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     })?);
     let containers = start_containers(&config, &sandboxes, &images).await?;
     let listener = bind(&socket)?;
+    // No container backend yet: Exec and Attach answer Unimplemented, port-forward works.
+    let settings = crate::stream::ServerSettings::from_config(&config.stream);
+    let (stream_server, streams) = crate::stream::StreamServer::bind(settings, None).await?;
+    tracing::info!(url = %streams.base_url(), "stream server listening");
+    tokio::spawn(stream_server.serve());
     if let Some(addr) = config.metrics.address {
         serve_metrics(addr, &sandboxes, &containers).await?;
     }
@@ -103,6 +110,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         handlers: config.runtime_handlers.clone(),
         config_info: serde_json::to_string(&config).unwrap_or_default(),
         pod_cidr: Mutex::new(String::new()),
+        streams: Arc::new(streams),
     };
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
@@ -168,7 +176,7 @@ async fn serve_metrics(
         "binding the metrics endpoint",
         Path::new(&addr.to_string()),
     ))?;
-    let (s, c) = (sandboxes.clone(), containers.clone());
+    let (s, c, e) = (sandboxes.clone(), containers.clone(), containers.clone());
     let state = crate::metrics::StateSource {
         pods: Box::new(move || {
             let all = s.list(&Default::default());
@@ -183,6 +191,10 @@ async fn serve_metrics(
                 }
             }
             counts
+        }),
+        events: Box::new(move || {
+            let (now, dropped) = e.event_subscribers();
+            (now as u64, dropped)
         }),
     };
     tokio::spawn(crate::metrics::serve(

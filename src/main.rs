@@ -245,8 +245,11 @@ fn init_tracing(config: &Config) {
     // libcgroups announces its manager at info level, and every controller this host lacks at warn level, for every cgroup it touches.
     let filter =
         tracing_subscriber::EnvFilter::new(format!("{},libcgroups=error", config.log_level));
+    use std::io::IsTerminal;
+    // Colour only for a person at a terminal; a log file gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => builder.init(),

@@ -664,10 +664,10 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
     let e = pull(&c, "registry.test/traversal:1", None)
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(e.message().contains("escapes"), "{e}");
     let e = pull(&c, "registry.test/badlink:1", None).await.unwrap_err();
-    assert_eq!(e.code(), Code::DataLoss, "{e}");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(!c.root().join("evil").exists() && !c.root().join("images/evil").exists());
     assert_store_clean(&c);
     assert!(list(&c).await.is_empty(), "failed pulls store no image");
@@ -1079,10 +1079,10 @@ async fn a_broken_registry_gets_clear_errors_and_no_memory() {
     let (addr, _server) = canned_registry(broken_registry);
     let c = Crust::start(&mirror_config("broken.test", &addr, ""));
     let cases = [
-        ("garbage", Code::DataLoss, "malformed manifest"),
-        ("endless", Code::DataLoss, "larger than 4 MiB"),
-        ("declared", Code::DataLoss, "larger than 4 MiB"),
-        ("negative", Code::DataLoss, "negative size"),
+        ("garbage", Code::FailedPrecondition, "malformed manifest"),
+        ("endless", Code::FailedPrecondition, "larger than 4 MiB"),
+        ("declared", Code::FailedPrecondition, "larger than 4 MiB"),
+        ("negative", Code::FailedPrecondition, "negative size"),
         ("schema1", Code::FailedPrecondition, "schema 1"),
         ("html500", Code::Unavailable, "HTTP 500"),
         ("limited", Code::Unavailable, "rate limit"),

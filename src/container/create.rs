@@ -90,9 +90,10 @@ impl Containers {
             });
         }
         tracing::info!(pid = record.pid, "container created");
-        let pod_id = record.pod_id.clone();
+        let (pod_id, id) = (record.pod_id.clone(), record.id.clone());
         self.insert(record);
         self.watch_pod(&pod_id);
+        self.publish(&id, super::EventKind::Created, &pod_id);
         Ok(())
     }
 

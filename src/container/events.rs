@@ -1,125 +1,75 @@
-//! Exits, as the pod monitors push them. One task per pod with containers follows its
-//! monitor's event stream: the snapshot first (exits that happened while nobody listened, e.g.
-//! while the daemon restarted), then each exit as it happens. Each exit is committed to the
-//! container's record and wakes whoever waits for it (StopContainer). When the monitor is gone,
-//! the exits it recorded on disk are taken, and containers it took with it are ended.
+//! Lifecycle events for GetContainerEvents: every change of a pod sandbox or a container
+//! (created, started, stopped, deleted) becomes one event carrying the pod's record and all
+//! its containers' records as they are after the change (what kubelet's evented PLEG reads).
+//! A pod's own events carry the pod's id as container id, as kubelet expects.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
-use super::create::monitor_of;
-use super::{Containers, ExitInfo, Phase, now_nanos};
-use crate::monitor::{EXIT_FILE, Event};
+use super::{ContainerFilter, ContainerRecord, Containers, now_nanos};
+use crate::sandbox::{SandboxRecord, SandboxSpec};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+}
+
+/// One lifecycle change.
+#[derive(Debug)]
+pub struct ContainerEvent {
+    /// The container's id, or the pod's for an event of the pod itself.
+    pub id: String,
+    pub kind: EventKind,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+    pub pod: Arc<SandboxRecord>,
+    pub containers: Vec<Arc<ContainerRecord>>,
+}
 
 impl Containers {
-    /// Follows the events of pod `pod_id`'s monitor, unless a task does already.
-    pub(super) fn watch_pod(self: &Arc<Self>, pod_id: &str) {
-        let mut watchers = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
-        if watchers.get(pod_id).is_some_and(|h| !h.is_finished()) {
-            return;
-        }
-        let (me, pod) = (Arc::downgrade(self), pod_id.to_owned());
-        watchers.insert(pod_id.to_owned(), tokio::spawn(follow(me, pod)));
+    /// The stream of every event from now on (plus, for the first subscriber, those of
+    /// start-up); it ends if the subscriber stops reading for too long.
+    pub fn subscribe(&self) -> tokio::sync::mpsc::Receiver<Arc<ContainerEvent>> {
+        self.events.subscribe()
     }
 
-    /// Commits an exit the monitor reported (once: a repeated report changes nothing).
-    fn apply_exit(&self, id: &str, exit: ExitInfo) {
-        let Ok((_, entry)) = self.entry(id) else {
-            return;
-        };
-        if entry.snapshot().phase == Phase::Exited {
-            return;
-        }
-        let (code, reason, oom) = (exit.code, exit.reason(), exit.oom_killed);
-        match entry.commit(&self.ctx, |r| {
-            r.phase = Phase::Exited;
-            r.exit = Some(exit);
-            r.pid = None;
-        }) {
-            Ok(_) => {
-                if oom {
-                    crate::metrics::oom_kill();
-                }
-                tracing::info!(container_id = %id, code, reason, "container exited")
-            }
-            Err(e) => {
-                tracing::error!(container_id = %id, error = %e, "recording a container's exit")
-            }
+    /// Subscribers now, and subscribers cut off since start.
+    pub fn event_subscribers(&self) -> (usize, u64) {
+        (self.events.subscribers(), self.events.dropped())
+    }
+
+    /// Publishes a change of `id` in pod `pod_id` (skipped if the pod is gone).
+    pub(super) fn publish(&self, id: &str, kind: EventKind, pod_id: &str) {
+        if let Ok(pod) = self.sandboxes.get(pod_id) {
+            self.publish_for(id, kind, pod);
         }
     }
 
-    /// The pod's monitor is gone, and so is every process of the pod: each container not yet
-    /// exited ends with the exit its monitor recorded, or as killed when there is none (its
-    /// leftover processes are killed first).
-    pub(super) fn monitor_gone(&self, pod_id: &str) {
-        for id in self.of_pod(pod_id) {
-            let Ok(record) = self.get(&id) else { continue };
-            if matches!(record.phase, Phase::Exited | Phase::Creating) {
-                continue;
-            }
-            let recorded = self.ctx.container_dir(&id).join(EXIT_FILE);
-            let exit = crate::store::load::<ExitInfo>(&recorded).unwrap_or_else(|_| {
-                kill_leftovers(&self.ctx.cgroups, &record.cgroup);
-                ExitInfo {
-                    code: 128 + nix::sys::signal::Signal::SIGKILL as i32,
-                    signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
-                    finished_at: now_nanos(),
-                    oom_killed: false,
-                    message: "the pod's monitor exited and took the container's process with it"
-                        .into(),
-                }
-            });
-            self.apply_exit(&id, exit);
-        }
+    /// Publishes a change with the pod record given (a removed pod's last record).
+    pub(super) fn publish_for(&self, id: &str, kind: EventKind, pod: Arc<SandboxRecord>) {
+        let containers = self.list(&ContainerFilter {
+            pod_id: Some(pod.id.clone()),
+            ..Default::default()
+        });
+        self.events.publish(ContainerEvent {
+            id: id.to_owned(),
+            kind,
+            created_at: now_nanos(),
+            pod,
+            containers,
+        });
     }
-}
 
-async fn follow(me: Weak<Containers>, pod_id: String) {
-    loop {
-        let Some(c) = me.upgrade() else { return };
-        let Some(monitor) = c
-            .sandboxes
-            .get(&pod_id)
-            .ok()
-            .and_then(|p| monitor_of(&p).ok())
-        else {
-            c.monitor_gone(&pod_id);
-            return;
-        };
-        match monitor.subscribe(c.ctx.monitor_timeout).await {
-            Ok((snapshot, mut events)) => {
-                for state in snapshot {
-                    if let Some(exit) = state.exit {
-                        c.apply_exit(&state.id, exit);
-                    }
-                }
-                drop(c);
-                while let Some(event) = events.next().await {
-                    let Some(c) = me.upgrade() else { return };
-                    match event {
-                        Event::Exited { id, exit } => c.apply_exit(&id, exit),
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(pod_id = %pod_id, error = %e, "subscribing to the pod's monitor")
-            }
-        }
-        let Some(c) = me.upgrade() else { return };
-        if !crate::monitor::is_alive(&monitor.identity) {
-            c.monitor_gone(&pod_id);
-            return;
-        }
-        drop(c);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn kill_leftovers(cgroups: &crate::sandbox::CgroupSettings, cgroup: &str) {
-    for pid in cgroups.pids(cgroup) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    /// RunPodSandbox, announced: the pod is created and started.
+    pub async fn run_pod(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+    ) -> Result<String, crate::sandbox::SandboxError> {
+        let id = self.sandboxes.run(spec).await?;
+        self.publish(&id, EventKind::Created, &id);
+        self.publish(&id, EventKind::Started, &id);
+        Ok(id)
     }
 }

@@ -19,6 +19,7 @@
 mod create;
 mod events;
 mod exec_sync;
+mod exits;
 mod host;
 pub mod model;
 mod pod;
@@ -41,6 +42,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use events::{ContainerEvent, EventKind};
 pub use model::*;
 pub use recover::RecoverySummary;
 pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
@@ -202,6 +204,9 @@ struct Entry {
     exited: tokio::sync::watch::Sender<bool>,
     /// The exec process template (from the bundle), read once.
     exec_template: Mutex<Option<Arc<oci_spec::runtime::Process>>>,
+    /// An exit that came while StartContainer was between the monitor's start and its record:
+    /// applied once the start is recorded, so events keep the order things happened in.
+    pending_exit: Mutex<Option<ExitInfo>>,
 }
 
 impl Entry {
@@ -212,6 +217,7 @@ impl Entry {
             record: Mutex::new(Arc::new(record)),
             exited,
             exec_template: Mutex::new(None),
+            pending_exit: Mutex::new(None),
         })
     }
 
@@ -263,6 +269,8 @@ pub struct Containers {
     table: Mutex<Table>,
     /// The task following each pod monitor's events, by pod id.
     watchers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Lifecycle events for GetContainerEvents.
+    events: crate::events::Hub<ContainerEvent>,
     /// What statistics remember between calls (CPU readings, writable layer usage).
     stats: stats::StatsState,
 }
@@ -279,6 +287,7 @@ impl Containers {
             images,
             table: Mutex::new(Table::default()),
             watchers: Mutex::new(HashMap::new()),
+            events: crate::events::Hub::default(),
             stats: Default::default(),
         })
     }

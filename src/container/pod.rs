@@ -23,9 +23,13 @@ impl Containers {
         for e in stopped.into_iter().filter_map(|r| r.err()) {
             tracing::warn!(error = %e, "stopping a container of the pod; the pod's teardown kills it");
         }
+        let was_ready = pod.phase.is_ready();
         self.sandboxes.stop(&pod.id).await?;
         // Whatever the monitor took with it when it went.
         self.monitor_gone(&pod.id);
+        if was_ready {
+            self.publish(&pod.id, super::EventKind::Stopped, &pod.id);
+        }
         Ok(())
     }
 
@@ -44,7 +48,9 @@ impl Containers {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&pod.id);
+        let last = self.sandboxes.get(&pod.id)?;
         self.sandboxes.remove(&pod.id).await?;
+        self.publish_for(&pod.id, super::EventKind::Deleted, last);
         Ok(())
     }
 }

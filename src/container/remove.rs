@@ -21,13 +21,16 @@ impl Containers {
                     id: held.id.clone(),
                     errors,
                 })?;
-            let mut table = me.table();
-            table.by_id.remove(&held.id);
-            let key = (record.pod_id.clone(), record.spec.metadata.clone());
-            if table.names.get(&key) == Some(&held.id) {
-                table.names.remove(&key);
+            {
+                let mut table = me.table();
+                table.by_id.remove(&held.id);
+                let key = (record.pod_id.clone(), record.spec.metadata.clone());
+                if table.names.get(&key) == Some(&held.id) {
+                    table.names.remove(&key);
+                }
             }
             tracing::info!("container removed");
+            me.publish(&held.id, super::EventKind::Deleted, &record.pod_id);
             Ok(())
         })
         .await

@@ -26,13 +26,15 @@ impl Containers {
                 .map_err(ContainerError::monitor(&held.id, "starting it"))?;
             // The exit may already have been recorded (a command that ends at once): the
             // container then stays exited, now with its start time.
-            held.entry.commit(&me.ctx, |r| {
+            let record = held.entry.commit(&me.ctx, |r| {
                 r.started_at = started_at;
                 if r.phase == Phase::Created {
                     r.phase = Phase::Running;
                 }
             })?;
             tracing::info!("container started");
+            me.publish(&held.id, super::EventKind::Started, &record.pod_id);
+            me.take_pending_exit(&held.id, &held.entry);
             Ok(())
         })
         .await

@@ -31,6 +31,8 @@ impl Containers {
         held: &Held,
         timeout: Duration,
     ) -> Result<(), ContainerError> {
+        // A start that failed after the monitor started the container may have left its exit.
+        self.take_pending_exit(&held.id, &held.entry);
         let record = held.entry.snapshot();
         if matches!(record.phase, Phase::Exited | Phase::Creating) {
             return Ok(());

@@ -66,6 +66,12 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
 }
 
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
+    if m.recursive_read_only && !m.readonly {
+        return Err(invalid(format!(
+            "mount {}: recursive_read_only needs readonly too",
+            m.container_path
+        )));
+    }
     let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
     if image.is_some() && !m.readonly {
         return Err(invalid(format!(
@@ -93,7 +99,7 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
     Ok(MountSpec {
         container_path: m.container_path,
         host_path: m.host_path,
-        readonly: m.readonly || m.recursive_read_only,
+        readonly: m.readonly,
         recursive_readonly: m.recursive_read_only,
         selinux_relabel: m.selinux_relabel,
         propagation,
@@ -410,6 +416,27 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
             }),
         }),
         stop_signal: signal_to_pb(r.stop_signal),
+    }
+}
+
+pub fn event(e: &crate::container::ContainerEvent) -> pb::ContainerEventResponse {
+    use crate::container::EventKind;
+    let kind = match e.kind {
+        EventKind::Created => pb::ContainerEventType::ContainerCreatedEvent,
+        EventKind::Started => pb::ContainerEventType::ContainerStartedEvent,
+        EventKind::Stopped => pb::ContainerEventType::ContainerStoppedEvent,
+        EventKind::Deleted => pb::ContainerEventType::ContainerDeletedEvent,
+    };
+    let pod = crate::sandbox::SandboxView {
+        ready: e.pod.phase.is_ready(),
+        record: e.pod.clone(),
+    };
+    pb::ContainerEventResponse {
+        container_id: e.id.clone(),
+        container_event_type: kind as i32,
+        created_at: e.created_at,
+        pod_sandbox_status: Some(super::convert::sandbox_status(&pod)),
+        containers_statuses: e.containers.iter().map(|r| container_status(r)).collect(),
     }
 }
 

@@ -38,14 +38,11 @@ impl ImageServer {
         Ok(spec.image)
     }
 
-    fn list(&self, filter: Option<pb::ImageFilter>) -> Result<Vec<pb::Image>, Status> {
+    /// Images, read off the async threads (a changed store reloads its records from disk).
+    async fn list(&self, filter: Option<pb::ImageFilter>) -> Result<Vec<pb::Image>, Status> {
         let filter = filter.and_then(|f| f.image).map(|s| s.image);
-        Ok(self
-            .images
-            .list(filter.as_deref())?
-            .iter()
-            .map(image)
-            .collect())
+        let images = self.images.clone();
+        blocking(move || Ok(images.list(filter.as_deref())?.iter().map(image).collect())).await
     }
 }
 
@@ -101,7 +98,7 @@ impl ImageService for ImageServer {
         &self,
         req: Request<pb::ListImagesRequest>,
     ) -> Result<Response<pb::ListImagesResponse>, Status> {
-        let images = self.list(req.into_inner().filter)?;
+        let images = self.list(req.into_inner().filter).await?;
         Ok(Response::new(pb::ListImagesResponse { images }))
     }
 
@@ -109,7 +106,7 @@ impl ImageService for ImageServer {
         &self,
         req: Request<pb::StreamImagesRequest>,
     ) -> Result<Response<Self::StreamImagesStream>, Status> {
-        let images = self.list(req.into_inner().filter)?;
+        let images = self.list(req.into_inner().filter).await?;
         let batches: Vec<Result<pb::StreamImagesResponse, Status>> = images
             .chunks(STREAM_BATCH)
             .map(|c| Ok(pb::StreamImagesResponse { images: c.to_vec() }))
@@ -123,17 +120,21 @@ impl ImageService for ImageServer {
     ) -> Result<Response<pb::ImageStatusResponse>, Status> {
         let req = req.into_inner();
         let spec = self.spec(req.image)?;
-        let Some(view) = self.images.status(&spec)? else {
-            return Ok(Response::new(pb::ImageStatusResponse::default()));
-        };
-        let mut info = std::collections::HashMap::new();
-        if req.verbose {
-            info.insert("info".to_owned(), view.info(&self.images).to_string());
-        }
-        Ok(Response::new(pb::ImageStatusResponse {
-            image: Some(image(&view)),
-            info,
-        }))
+        let images = self.images.clone();
+        blocking(move || {
+            let Some(view) = images.status(&spec)? else {
+                return Ok(Response::new(pb::ImageStatusResponse::default()));
+            };
+            let mut info = std::collections::HashMap::new();
+            if req.verbose {
+                info.insert("info".to_owned(), view.info(&images).to_string());
+            }
+            Ok(Response::new(pb::ImageStatusResponse {
+                image: Some(image(&view)),
+                info,
+            }))
+        })
+        .await
     }
 
     async fn pull_image(
@@ -151,8 +152,10 @@ impl ImageService for ImageServer {
             // The pull runs in a task of its own: when the client gives up (kubelet's pull
             // deadline, a ^C'd crictl), the download still finishes and lands in the store, and
             // a retry finds it there (or joins it) instead of starting over.
+            let slot = images.pull_slot(&image).await.map_err(Status::from)?;
             let pulled = tokio::spawn(
                 async move {
+                    let _slot = slot;
                     let started = std::time::Instant::now();
                     let pulled = images.pull(&image, &creds).await.map_err(Status::from);
                     let failure = pulled.as_ref().err().map(|s| s.code() as i32);

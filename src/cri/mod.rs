@@ -12,6 +12,7 @@ mod rpc_metrics;
 pub mod runtime;
 mod stats;
 pub mod status;
+mod stream;
 
 /// Generated CRI v1 protobuf and gRPC types (package `runtime.v1`).
 #[allow(clippy::all, unused_qualifications)]

@@ -26,6 +26,8 @@ pub struct RuntimeServer {
     /// Configuration as loaded, for Status's verbose info.
     pub config_info: String,
     pub pod_cidr: Mutex<String>,
+    /// Exec, Attach and PortForward URLs.
+    pub streams: Arc<crate::stream::Streams>,
 }
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -77,7 +79,7 @@ impl RuntimeService for RuntimeServer {
             namespace = %spec.metadata.namespace, pod_id = tracing::field::Empty);
         async {
             // `run` records the new id in this span (pod_id) as soon as it has one.
-            let id = self.sandboxes.run(spec).await.inspect_err(log_err)?;
+            let id = self.containers.run_pod(spec).await.inspect_err(log_err)?;
             tracing::info!("pod sandbox ready");
             Ok(Response::new(pb::RunPodSandboxResponse {
                 pod_sandbox_id: id,
@@ -127,10 +129,17 @@ impl RuntimeService for RuntimeServer {
         if req.verbose {
             info.insert("info".to_owned(), view.info().to_string());
         }
+        let containers = self.containers.list(&crate::container::ContainerFilter {
+            pod_id: Some(view.record.id.clone()),
+            ..Default::default()
+        });
         Ok(Response::new(pb::PodSandboxStatusResponse {
             status: Some(convert::sandbox_status(&view)),
             info,
-            containers_statuses: vec![],
+            containers_statuses: containers
+                .iter()
+                .map(|r| super::container::container_status(r))
+                .collect(),
             timestamp: now_nanos(),
         }))
     }
@@ -203,11 +212,12 @@ impl RuntimeService for RuntimeServer {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: self
-                .handlers
-                .iter()
-                .map(|h| pb::RuntimeHandler {
-                    name: h.clone(),
+            // The default handler is listed under "" too, as containerd does: kubelet and
+            // critest look up a pod without a RuntimeClass there.
+            runtime_handlers: std::iter::once(String::new())
+                .chain(self.handlers.iter().cloned())
+                .map(|name| pb::RuntimeHandler {
+                    name,
                     features: Some(pb::RuntimeHandlerFeatures {
                         recursive_read_only_mounts: self.containers.context().host.mount_setattr,
                         user_namespaces: false,
@@ -347,23 +357,24 @@ impl RuntimeService for RuntimeServer {
 
     async fn exec(
         &self,
-        _: Request<pb::ExecRequest>,
+        req: Request<pb::ExecRequest>,
     ) -> Result<Response<pb::ExecResponse>, Status> {
-        Err(unimplemented("Exec"))
+        super::stream::exec(&self.streams, req.into_inner()).map(Response::new)
     }
 
     async fn attach(
         &self,
-        _: Request<pb::AttachRequest>,
+        req: Request<pb::AttachRequest>,
     ) -> Result<Response<pb::AttachResponse>, Status> {
-        Err(unimplemented("Attach"))
+        super::stream::attach(&self.streams, req.into_inner()).map(Response::new)
     }
 
     async fn port_forward(
         &self,
-        _: Request<pb::PortForwardRequest>,
+        req: Request<pb::PortForwardRequest>,
     ) -> Result<Response<pb::PortForwardResponse>, Status> {
-        Err(unimplemented("PortForward"))
+        let req = req.into_inner();
+        super::stream::port_forward(&self.streams, &self.sandboxes, req).map(Response::new)
     }
 
     async fn container_stats(
@@ -486,7 +497,11 @@ impl RuntimeService for RuntimeServer {
         &self,
         _: Request<pb::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(unimplemented("GetContainerEvents"))
+        use tokio_stream::StreamExt;
+        let events = tokio_stream::wrappers::ReceiverStream::new(self.containers.subscribe());
+        Ok(Response::new(Box::pin(
+            events.map(|e| Ok(super::container::event(&e))),
+        )))
     }
 
     async fn stream_pod_sandbox_metrics(

@@ -3,9 +3,12 @@
 use tonic::{Code, Status};
 
 use crate::container::ContainerError;
-use crate::image::{ImageError, PullError, UnpackError};
+use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::SandboxError;
+use crate::store::StoreError;
+use crate::stream::StreamError;
+use crate::stream::backend::BackendError;
 
 pub fn unimplemented(rpc: &str) -> Status {
     Status::unimplemented(format!("{rpc} is not implemented by this version of crust"))
@@ -63,7 +66,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Create { source, .. } => container_code(source),
         ContainerError::Monitor { source, .. } => monitor_code(source),
         ContainerError::Io { source, .. } => io_code(source),
-        ContainerError::Store(crate::store::StoreError::Write { source, .. }) => io_code(source),
+        ContainerError::Store(StoreError::Write { source, .. }) => io_code(source),
         ContainerError::Store(_) | ContainerError::Cgroup(_) | ContainerError::Rootfs(_) => {
             Code::FailedPrecondition
         }
@@ -93,9 +96,17 @@ fn monitor_code(e: &MonitorError) -> Code {
 }
 
 /// A full disk or quota is ResourceExhausted; any other I/O failure is the host's state.
+/// A failed system call on the node: a full disk or quota and exhausted descriptors or
+/// memory are ResourceExhausted (messages name the directory), a failing disk Unavailable,
+/// anything else (read-only or forbidden paths, a store changed behind crust's back) the
+/// node's state, FailedPrecondition. Never Internal: these are not crust's bugs.
 fn io_code(e: &std::io::Error) -> Code {
     match e.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT) => Code::ResourceExhausted,
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE | libc::ENOMEM) => {
+            Code::ResourceExhausted
+        }
+        Some(libc::EIO) => Code::Unavailable,
+        _ if e.kind() == std::io::ErrorKind::StorageFull => Code::ResourceExhausted,
         _ => Code::FailedPrecondition,
     }
 }
@@ -106,49 +117,89 @@ impl From<ImageError> for Status {
             ImageError::Reference(_) | ImageError::Ambiguous(_) => Code::InvalidArgument,
             ImageError::NotFound(_) => Code::NotFound,
             ImageError::Pull { error, .. } => pull_code(error),
-            ImageError::Import { .. } | ImageError::Store(_) | ImageError::Io { .. } => {
-                Code::Internal
-            }
+            ImageError::Import { error, .. } => import_code(error),
+            ImageError::Store(s) => store_code(s),
+            ImageError::Io { source, .. } => io_code(source),
         };
         Status::new(code, e.to_string())
     }
 }
 
+impl From<StreamError> for Status {
+    fn from(e: StreamError) -> Status {
+        let code = match e {
+            StreamError::NoBackend(rpc) => return unimplemented(rpc),
+            StreamError::Sandbox(inner) => return inner.into(),
+            StreamError::Invalid(_) | StreamError::Backend(BackendError::Invalid(_)) => {
+                Code::InvalidArgument
+            }
+            StreamError::Backend(BackendError::NotFound(_)) => Code::NotFound,
+            StreamError::Backend(BackendError::NotRunning(_))
+            | StreamError::PodNotReady(_)
+            | StreamError::NoNetwork(_) => Code::FailedPrecondition,
+            StreamError::TooManyWaiting(_) => Code::ResourceExhausted,
+            StreamError::Backend(BackendError::Failed(_)) | StreamError::Io { .. } => {
+                Code::Unavailable
+            }
+            StreamError::Tls(_) => Code::FailedPrecondition,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+/// Image errors, by who can fix them. DataLoss only for content that differs from what its
+/// digest or size promised (a retry may get good bytes); FailedPrecondition for an image that
+/// is as published but cannot be used; the node's own faults by their errno.
 fn pull_code(e: &PullError) -> Code {
     match e {
         PullError::NotFound { .. } => Code::NotFound,
         PullError::Unauthenticated { .. } => Code::Unauthenticated,
         PullError::Denied { .. } => Code::PermissionDenied,
         PullError::BadCredentials(_) => Code::InvalidArgument,
-        // Content that does not match its digest, or a layer that is not a safe tar: the
-        // image is corrupt or hostile; retrying the same source will not help.
-        PullError::DigestMismatch { .. }
-        | PullError::SizeMismatch { .. }
-        | PullError::Invalid(_) => Code::DataLoss,
-        // The node's disk, not the image: pulling again after cleanup can work.
-        PullError::NoSpace(_)
-        | PullError::Layer {
-            error: UnpackError::NoSpace(_),
-            ..
-        } => Code::ResourceExhausted,
-        PullError::Layer {
-            error: UnpackError::Fs { source, .. },
-            ..
-        }
-        | PullError::Local { source, .. }
-            if source.kind() == std::io::ErrorKind::StorageFull =>
-        {
-            Code::ResourceExhausted
-        }
-        PullError::Layer {
-            error: UnpackError::Fs { .. },
-            ..
-        } => Code::Internal,
-        PullError::Layer { .. } => Code::DataLoss,
+        PullError::DigestMismatch { .. } | PullError::SizeMismatch { .. } => Code::DataLoss,
+        PullError::Layer { error, .. } => unpack_code(error),
+        PullError::Invalid(_) | PullError::Unsupported(_) => Code::FailedPrecondition,
+        PullError::NoSpace(_) => Code::ResourceExhausted,
         PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Unreachable { .. } | PullError::Registry { .. } => Code::Unavailable,
-        PullError::Unsupported(_) => Code::FailedPrecondition,
-        PullError::Local { .. } | PullError::Store(_) => Code::Internal,
+        PullError::ShuttingDown => Code::Unavailable,
+        PullError::Local { source, .. } => io_code(source),
+        PullError::Store(s) => store_code(s),
+        PullError::Internal(_) => Code::Internal,
+    }
+}
+
+fn unpack_code(e: &UnpackError) -> Code {
+    match e {
+        UnpackError::DiffId { .. } => Code::DataLoss,
+        // The blob matched its digest: the layer is hostile or broken as published.
+        UnpackError::Traversal { .. }
+        | UnpackError::BadLink { .. }
+        | UnpackError::Corrupt(_)
+        | UnpackError::UnsupportedEntry { .. }
+        | UnpackError::BadEntry { .. }
+        | UnpackError::Limit { .. } => Code::FailedPrecondition,
+        UnpackError::NoSpace(_) => Code::ResourceExhausted,
+        UnpackError::Fs { source, .. } => io_code(source),
+    }
+}
+
+fn import_code(e: &ImportError) -> Code {
+    match e {
+        ImportError::Format | ImportError::Invalid(_) => Code::InvalidArgument,
+        ImportError::Archive(u) => unpack_code(u),
+        ImportError::Content(p) => pull_code(p),
+        ImportError::Io { source, .. } => io_code(source),
+        ImportError::Internal(_) => Code::Internal,
+    }
+}
+
+fn store_code(e: &StoreError) -> Code {
+    match e {
+        StoreError::Write { source, .. } | StoreError::Read { source, .. } => io_code(source),
+        // Written by a newer crust: this one cannot use the store as it is.
+        StoreError::Version { .. } => Code::FailedPrecondition,
+        StoreError::Decode { .. } => Code::Internal,
     }
 }
 
@@ -186,10 +237,55 @@ mod tests {
         };
         assert_eq!(pull_code(&local), Code::ResourceExhausted);
         assert_eq!(pull_code(&layer(unpack_fs)), Code::ResourceExhausted);
-        assert_eq!(pull_code(&layer(other_fs)), Code::Internal);
+        assert_eq!(pull_code(&layer(other_fs)), Code::FailedPrecondition);
         let traversal = UnpackError::Traversal {
             path: "../x".into(),
         };
-        assert_eq!(pull_code(&layer(traversal)), Code::DataLoss);
+        assert_eq!(pull_code(&layer(traversal)), Code::FailedPrecondition);
+        let sparse = UnpackError::UnsupportedEntry {
+            path: "f".into(),
+            format: "GNU sparse PAX format 2.0".into(),
+        };
+        assert_eq!(pull_code(&layer(sparse)), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn only_content_that_breaks_its_digest_is_data_loss() {
+        let d = crate::image::Digest::of(b"x");
+        let mismatch = PullError::DigestMismatch {
+            what: "blob".into(),
+            expected: d.to_string(),
+            actual: d.to_string(),
+        };
+        assert_eq!(pull_code(&mismatch), Code::DataLoss);
+        let diff = UnpackError::DiffId {
+            expected: d.clone(),
+            actual: d.clone(),
+        };
+        assert_eq!(unpack_code(&diff), Code::DataLoss);
+        assert_eq!(pull_code(&PullError::Internal("x".into())), Code::Internal);
+        assert_eq!(pull_code(&PullError::ShuttingDown), Code::Unavailable);
+        assert_eq!(
+            pull_code(&PullError::Invalid("malformed manifest".into())),
+            Code::FailedPrecondition
+        );
+        let errno = |n| std::io::Error::from_raw_os_error(n);
+        for (n, code) in [
+            (libc::EDQUOT, Code::ResourceExhausted),
+            (libc::ENOSPC, Code::ResourceExhausted),
+            (libc::EROFS, Code::FailedPrecondition),
+            (libc::EIO, Code::Unavailable),
+            (libc::EBADF, Code::FailedPrecondition),
+        ] {
+            let store = StoreError::Write {
+                path: "/r/images/records/x.json".into(),
+                source: errno(n),
+            };
+            assert_eq!(
+                Status::from(ImageError::Store(store)).code(),
+                code,
+                "errno {n}"
+            );
+        }
     }
 }

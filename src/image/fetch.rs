@@ -4,8 +4,10 @@
 //!
 //! Concurrency: one download per blob and one unpack per layer at a time across all pulls
 //! (`KeyedLocks`; a waiter finds the finished result), downloads bounded by the configured
-//! limit, unpacks by the CPU count. Layers of one image download and unpack in parallel: each
-//! unpacks into its own directory, independent of its parent.
+//! limit, unpacks by the CPU count. Layers of one image download in parallel and unpack in
+//! order, each on top of the layers below it (a directory a layer leaves out takes the lower
+//! layers' metadata, a whiteout is written only for what they show: see `lower.rs`), while
+//! the later ones still download.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,12 +15,12 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 
-use super::content::{CommitError, Ingest};
 use super::digest::{Digest, chain_ids};
-use super::manifest::{self, Descriptor, ImageConfig, Manifest};
-use super::records::{ImageRecord, LayerRef};
 use super::registry::Session;
-use super::{Images, PullError, local};
+use super::registry::manifest::{self, Descriptor, ImageConfig, Manifest};
+use super::store::content::{CommitError, Ingest};
+use super::store::records::{ImageRecord, LayerRef};
+use super::{Images, PullError, local, off_thread};
 
 /// Where blobs come from.
 pub enum Source<'a> {
@@ -104,13 +106,14 @@ impl Images {
             .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
             .collect();
         let _pins = self.pin(keys);
-        try_join_all(
-            m.layers
-                .iter()
-                .zip(&layers)
-                .map(|(d, l)| self.ensure_layer(src, d, l)),
-        )
-        .await?;
+        let downloads = try_join_all(m.layers.iter().map(|d| self.ensure_blob(src, d)));
+        let unpacks = async {
+            for (i, (d, l)) in m.layers.iter().zip(&layers).enumerate() {
+                self.ensure_layer(src, d, l, &layers[..i]).await?;
+            }
+            Ok(())
+        };
+        futures_util::future::try_join(downloads, unpacks).await?;
 
         let mut blobs = vec![c.manifest_digest.clone(), m.config.digest.clone()];
         self.put_small_blob(&c.manifest_digest, &c.manifest_bytes)
@@ -120,7 +123,10 @@ impl Images {
             blobs.insert(0, digest.clone());
         }
         blobs.extend(layers.iter().map(|l| l.blob.clone()));
-        let size = c.manifest_bytes.len() as u64
+        // What containerd reports too: every blob the image was pulled through, the index
+        // included.
+        let size = c.index.as_ref().map_or(0, |(bytes, _)| bytes.len() as u64)
+            + c.manifest_bytes.len() as u64
             + m.config.size.max(0) as u64
             + layers.iter().map(|l| l.size).sum::<u64>();
         let record = ImageRecord {
@@ -141,7 +147,10 @@ impl Images {
     async fn config(&self, src: &Source<'_>, desc: &Descriptor) -> Result<ImageConfig, PullError> {
         self.ensure_blob(src, desc).await?;
         let path = self.paths.blob(&desc.digest);
-        let bytes = std::fs::read(&path).map_err(local("reading", &path))?;
+        let bytes = off_thread("reading the image config", move || {
+            std::fs::read(&path).map_err(local("reading", &path))
+        })
+        .await?;
         manifest::parse_config(&bytes).map_err(|e| PullError::Invalid(e.to_string()))
     }
 
@@ -171,9 +180,9 @@ impl Images {
                 super::ImageError::Io { what, path, source } => {
                     PullError::Local { what, path, source }
                 }
-                other => PullError::Invalid(format!("saving the image record: {other}")),
+                other => PullError::Internal(format!("saving the image record: {other}")),
             })?
-            .ok_or_else(|| PullError::Invalid("image record vanished".into()))
+            .ok_or_else(|| PullError::Internal("saving the image record: it vanished".into()))
     }
 
     /// Stores a small blob (a manifest) whose digest was already verified.
@@ -205,21 +214,22 @@ impl Images {
             .reserve
             .check(&self.paths.ingest_dir(), size.unwrap_or(0))?;
         let what = format!("blob {}", desc.digest);
-        let mut ingest = Ingest::create(&self.paths, desc.digest.algorithm())
+        let ingest = Ingest::create(&self.paths, desc.digest.algorithm())
             .map_err(local("creating", &self.paths.ingest_dir()))?;
-        match src {
+        let ingest = match src {
             Source::Registry(session) => {
                 let _permit = self
                     .downloads
                     .acquire()
                     .await
-                    .map_err(|_| PullError::Invalid("shutting down".into()))?;
-                download(session, desc, &mut ingest, size).await?;
+                    .map_err(|_| PullError::ShuttingDown)?;
+                download(session, desc, ingest, size).await?
             }
             Source::Local { dir, files } => {
-                copy_file(&local_path(dir, files, &desc.digest), &mut ingest)?
+                let path = local_path(dir, files, &desc.digest);
+                off_thread("copying a blob", move || copy_file(&path, ingest)).await?
             }
-        }
+        };
         self.commit_ingest(ingest, &desc.digest, size, &what).await
     }
 
@@ -232,9 +242,10 @@ impl Images {
     ) -> Result<(), PullError> {
         let dest = self.paths.blob(digest);
         let (d, what) = (digest.clone(), what.to_owned());
-        let res = tokio::task::spawn_blocking(move || ingest.commit(&d, size, &dest))
-            .await
-            .map_err(|e| PullError::Invalid(format!("storing blob: {e}")))?;
+        let res = off_thread("storing a blob", move || {
+            Ok::<_, PullError>(ingest.commit(&d, size, &dest))
+        })
+        .await?;
         res.map_err(|e| match e {
             CommitError::Digest { expected, actual } => PullError::DigestMismatch {
                 what,
@@ -254,16 +265,18 @@ impl Images {
         })
     }
 
-    /// Makes sure the layer is unpacked (fetching its blob first if needed).
+    /// Makes sure the layer is unpacked (fetching its blob first if needed) on top of `below`,
+    /// the layers under it (already unpacked), bottom first.
     async fn ensure_layer(
         &self,
         src: &Source<'_>,
         desc: &Descriptor,
         layer: &LayerRef,
+        below: &[LayerRef],
     ) -> Result<(), PullError> {
         let _one = self.layer_locks.lock(&layer.chain_id).await;
         let dir = self.paths.layer_dir(&layer.chain_id);
-        if super::unpack::read_meta(&dir).is_some() {
+        if super::store::unpack::read_meta(&dir).is_some() {
             return Ok(());
         }
         self.ensure_blob(src, desc).await?;
@@ -271,24 +284,27 @@ impl Images {
             .unpacks
             .acquire()
             .await
-            .map_err(|_| PullError::Invalid("shutting down".into()))?;
+            .map_err(|_| PullError::ShuttingDown)?;
         let (paths, l) = (self.paths.clone(), layer.clone());
+        let lowers: Vec<PathBuf> = below
+            .iter()
+            .rev()
+            .map(|b| self.paths.layer_fs(&b.chain_id))
+            .collect();
         let reserve = self.settings.reserve;
-        let meta = tokio::task::spawn_blocking(move || {
-            super::unpack::unpack(
+        let blob = layer.blob.clone();
+        let meta = off_thread("unpacking a layer", move || {
+            super::store::unpack::unpack(
                 &paths,
                 &paths.blob(&l.blob),
                 &l.diff_id,
                 &l.chain_id,
+                &lowers,
                 reserve,
             )
+            .map_err(|error| PullError::Layer { blob, error })
         })
-        .await
-        .map_err(|e| PullError::Invalid(format!("unpacking: {e}")))?
-        .map_err(|error| PullError::Layer {
-            blob: layer.blob.clone(),
-            error,
-        })?;
+        .await?;
         super::lock(&self.layer_usage).insert(layer.chain_id.clone(), meta);
         Ok(())
     }
@@ -299,36 +315,43 @@ impl Images {
 const COPY_BUF: usize = 64 << 10;
 
 /// Streams a blob from the registry into `ingest`, aborting when no data arrives for the
-/// progress timeout or when the registry sends more than the descriptor's size.
+/// progress timeout or when the registry sends more than the descriptor's size. The bytes are
+/// hashed and written on the blocking pool, `COPY_BUF` at a time.
 async fn download(
     session: &Session,
     desc: &Descriptor,
-    ingest: &mut Ingest,
+    mut ingest: Ingest,
     size: Option<u64>,
-) -> Result<(), PullError> {
+) -> Result<Ingest, PullError> {
     let what = format!("blob {}", desc.digest);
     let mut stream = session.blob(desc).await?;
     let progress = format!("downloading {what} from {}", session.registry);
+    let mut pending: Vec<u8> = Vec::with_capacity(COPY_BUF);
     loop {
         let next = session.within(&progress, stream.next()).await?;
         match next {
-            None => return Ok(()),
+            None => return Ok(write_off_thread(ingest, pending).await?.0),
             Some(Ok(chunk)) => {
                 crate::metrics::image_bytes_downloaded(chunk.len() as u64);
-                ingest
-                    .write(&chunk)
-                    .map_err(|e| local("writing", ingest.path())(e))?;
-                if let Some(expected) = size {
-                    if ingest.size() > expected {
-                        return Err(PullError::SizeMismatch {
-                            what,
-                            expected,
-                            actual: ingest.size(),
-                        });
-                    }
+                let got = ingest.size() + (pending.len() + chunk.len()) as u64;
+                if let Some(expected) = size.filter(|e| got > *e) {
+                    return Err(PullError::SizeMismatch {
+                        what,
+                        expected,
+                        actual: got,
+                    });
+                }
+                if pending.len() + chunk.len() > COPY_BUF {
+                    (ingest, pending) = write_off_thread(ingest, pending).await?;
+                }
+                if chunk.len() >= COPY_BUF {
+                    (ingest, _) = write_off_thread(ingest, chunk).await?;
+                } else {
+                    pending.extend_from_slice(&chunk);
                 }
             }
             Some(Err(e)) => {
+                let (ingest, _) = write_off_thread(ingest, pending).await?;
                 // oci-client reports a digest mismatch as a stream error after the last byte.
                 let actual = ingest.digest_so_far();
                 if size == Some(ingest.size()) && actual != desc.digest {
@@ -344,7 +367,41 @@ async fn download(
     }
 }
 
-fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
+/// Hashes and writes `bytes` into `ingest` on the blocking pool; gives both back, a vector
+/// emptied for reuse.
+async fn write_off_thread<B: Buffer>(
+    mut ingest: Ingest,
+    mut bytes: B,
+) -> Result<(Ingest, B), PullError> {
+    if bytes.as_ref().is_empty() {
+        return Ok((ingest, bytes));
+    }
+    off_thread("writing a download", move || {
+        ingest
+            .write(bytes.as_ref())
+            .map_err(|e| local("writing", ingest.path())(e))?;
+        bytes.reset();
+        Ok((ingest, bytes))
+    })
+    .await
+}
+
+/// What a download hands to the blocking pool: its reusable buffer or a whole large chunk.
+trait Buffer: AsRef<[u8]> + Send + 'static {
+    fn reset(&mut self);
+}
+
+impl Buffer for Vec<u8> {
+    fn reset(&mut self) {
+        self.clear();
+    }
+}
+
+impl Buffer for bytes::Bytes {
+    fn reset(&mut self) {}
+}
+
+fn copy_file(path: &Path, mut ingest: Ingest) -> Result<Ingest, PullError> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)
         .map_err(|_| PullError::Invalid(format!("blob file {} is missing", path.display())))?;
@@ -352,7 +409,7 @@ fn copy_file(path: &Path, ingest: &mut Ingest) -> Result<(), PullError> {
     loop {
         let n = f.read(&mut buf).map_err(local("reading", path))?;
         if n == 0 {
-            return Ok(());
+            return Ok(ingest);
         }
         ingest.write(&buf[..n]).map_err(local("writing", path))?;
     }

@@ -8,8 +8,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::digest::Digest;
-use super::{ImageError, Images, lock, unpack};
+use super::StorePaths;
+use super::store::unpack;
+use super::{ImageError, Images, lock};
 
 /// Usage of one directory tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +45,7 @@ impl Images {
             .map_err(io("reading", &layers))?
             .flatten()
         {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Ok(chain) = format!("sha256:{name}").parse::<Digest>() else {
+            let Some(chain) = StorePaths::layer_chain(&e.file_name()) else {
                 continue;
             };
             let cached = lock(&self.layer_usage).get(&chain).cloned();

@@ -12,11 +12,11 @@ use serde::Deserialize;
 
 use super::digest::Digest;
 use super::fetch::{Candidate, Source};
-use super::manifest::{
+use super::registry::manifest::{
     self, Descriptor, Document, Manifest, ManifestError, Resolved, parse_document, parse_manifest,
 };
-use super::reference::ImageRef;
-use super::{ImageError, ImageRecord, Images, PullError};
+use super::registry::reference::ImageRef;
+use super::{ImageError, ImageRecord, Images, PullError, UnpackError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -26,6 +26,10 @@ pub enum ImportError {
     Format,
     #[error("{0}")]
     Invalid(String),
+    #[error("reading the archive: {0}")]
+    Archive(#[from] UnpackError),
+    #[error("internal error while {0}")]
+    Internal(String),
     #[error(transparent)]
     Content(#[from] PullError),
     #[error("{what} {path}: {source}")]
@@ -49,7 +53,7 @@ struct Scratch(PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = super::unpack::remove_tree(&self.0);
+        let _ = super::store::content::remove_tree(&self.0);
     }
 }
 
@@ -89,7 +93,8 @@ impl Images {
     /// Extracts a (possibly compressed) tar into a scratch directory inside the store.
     async fn extract_archive(&self, path: &Path) -> Result<Scratch, ImportError> {
         let mut rnd = [0u8; 6];
-        getrandom::fill(&mut rnd).map_err(|e| ImportError::Invalid(e.to_string()))?;
+        getrandom::fill(&mut rnd)
+            .map_err(|e| ImportError::Internal(format!("naming a scratch directory: {e}")))?;
         let dir = self
             .paths
             .ingest_dir()
@@ -98,12 +103,18 @@ impl Images {
         let scratch = Scratch(dir.clone());
         let file = fs::File::open(path).map_err(io("opening", path))?;
         let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());
-        tokio::task::spawn_blocking(move || {
-            super::unpack::extract_tar(file, &dir, None, reserve, &ingest)
+        super::off_thread("extracting an archive", move || {
+            super::store::unpack::extract_tar(
+                file,
+                &dir,
+                super::store::lower::Lowers::default(),
+                None,
+                reserve,
+                &ingest,
+            )
+            .map_err(ImportError::from)
         })
-        .await
-        .map_err(|e| ImportError::Invalid(e.to_string()))?
-        .map_err(|e| ImportError::Invalid(format!("reading the archive: {e}")))?;
+        .await?;
         Ok(scratch)
     }
 
@@ -235,18 +246,17 @@ impl Images {
         media_type: &str,
         files: &mut HashMap<Digest, PathBuf>,
     ) -> Result<Descriptor, ImportError> {
-        let comps = super::extract::clean_path(Path::new(rel))
+        let comps = super::store::extract::clean_path(Path::new(rel))
             .map_err(|e| ImportError::Invalid(e.to_string()))?;
         let path: PathBuf = dir.join(comps.iter().collect::<PathBuf>());
         let p = path.clone();
-        let (digest, size) =
-            tokio::task::spawn_blocking(move || -> std::io::Result<(Digest, u64)> {
-                let f = fs::File::open(&p)?;
-                super::digest::HashingReader::new(f, super::digest::Algorithm::Sha256).finish()
-            })
-            .await
-            .map_err(|e| ImportError::Invalid(e.to_string()))?
-            .map_err(io("reading", &path))?;
+        let (digest, size) = super::off_thread("hashing an archive file", move || {
+            let f = fs::File::open(&p).map_err(io("reading", &p))?;
+            super::digest::HashingReader::new(f, super::digest::Algorithm::Sha256)
+                .finish()
+                .map_err(io("reading", &p))
+        })
+        .await?;
         files.insert(digest.clone(), path);
         Ok(Descriptor {
             media_type: media_type.into(),

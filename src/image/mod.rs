@@ -1,70 +1,54 @@
 //! Images: pulling from OCI registries, the content store, unpacked layers, image records, and
 //! what the container module needs to build a root filesystem. One file per verb (`pull.rs`,
 //! `remove.rs`, `status.rs`, `import.rs`, `fsinfo.rs`, `rootfs.rs`); this file holds the
-//! `Images` service and what the verbs share. Registry access is `registry.rs` (endpoints,
-//! credentials, oci-client sessions) and `http.rs` (size-capped manifest requests, one-line
-//! transport errors); `fetch.rs` gets content into the store for pulls and imports alike;
-//! `idle.rs` gives memory back when pulls go quiet.
+//! `Images` service and what the verbs share. `registry/` talks to registries (references,
+//! manifests, endpoints, credentials, size-capped requests, tokens); `store/` keeps what was
+//! pulled under `<root>/images` (content, records, unpacked layers) and states the store's
+//! concurrency rules, which every verb follows; `fetch.rs` gets content from a registry or a
+//! local file into the store for pulls and imports alike; `idle.rs` gives memory back when
+//! pulls go quiet. Dependencies run one way: verbs -> `registry/`, `store/` -> `digest.rs`
+//! (and `store/` reads manifest types from `registry/`, never the reverse).
 //!
-//! Ownership: `Images` owns `<root>/images` (layout in `content.rs`). Container writable layers
-//! live in `<root>/containers`, which only `fsinfo.rs` reads here.
-//!
-//! Invariants:
-//! - a blob is in `blobs/` only after its digest was verified, and a layer directory exists only
-//!   after its tar matched the diff id, so nothing partial is ever read as complete;
-//! - an image record is saved only after all its blobs and layers exist; the record is the
-//!   commit point of a pull or an import;
-//! - content is deleted only when no record, no hold (a container using the image) and no pull
-//!   in progress refers to it; that decision and the pins pulls add are serialized by `pins`.
-//!
-//! Protocol with other processes (`crust image import` while the daemon runs): both change
-//! records and delete content only under the exclusive flock on `images/lock`, and rewrite
-//! `images/generation` after each change. The daemon stats that file before answering a read
-//! and reloads the records when it changed. Downloads and unpacks need no lock: they write under
-//! random temporary names and rename into content-addressed places, which is idempotent.
+//! Ownership: `Images` owns `<root>/images`. Container writable layers live in
+//! `<root>/containers`, which only `fsinfo.rs` reads here.
 
-mod content;
 mod digest;
-mod extract;
 mod fetch;
 mod fsinfo;
-mod http;
+#[doc(hidden)]
+pub mod fuzz;
 mod idle;
 mod import;
-mod manifest;
 mod pull;
-mod records;
-pub mod reference;
 mod registry;
 mod remove;
 mod rootfs;
-mod space;
 mod status;
-mod token;
-mod unpack;
+mod store;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-pub use content::StorePaths;
 pub use digest::Digest;
 pub use fsinfo::FsUsage;
 pub use import::ImportError;
-pub use manifest::{ImageConfig, Platform, RuntimeConfig};
-pub use records::{ImageRecord, LayerRef};
-pub use reference::{ImageRef, ReferenceError};
 pub use registry::Credentials;
+pub use registry::manifest::{ImageConfig, Platform, RuntimeConfig};
+pub use registry::reference::{self, ImageRef, ReferenceError};
 pub use rootfs::ImageUse;
-pub use space::{NoSpace, Reserve};
 pub use status::ImageView;
-pub use unpack::UnpackError;
+pub use store::content::StorePaths;
+pub use store::records::{ImageRecord, LayerRef};
+pub use store::space::{NoSpace, Reserve};
+pub use store::unpack::UnpackError;
 
 use crate::config::RegistryConfig;
 use crate::store::StoreError;
-use content::Generation;
-use records::Table;
+use store::content::Generation;
+use store::locking::{KeyedLocks, Pins, State};
+use store::records::Table;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -131,8 +115,15 @@ pub enum PullError {
     Registry { registry: String, detail: String },
     #[error("{0}")]
     Unsupported(String),
+    /// The image as published cannot be used (malformed or oversized documents, bad layer
+    /// lists): pulling it again will not help.
     #[error("invalid image: {0}")]
     Invalid(String),
+    /// A failure of crust itself (a task that panicked, a record gone from under the lock).
+    #[error("internal error while {0}")]
+    Internal(String),
+    #[error("crust is shutting down")]
+    ShuttingDown,
     #[error("{what} {path}: {source}")]
     Local {
         what: &'static str,
@@ -162,11 +153,46 @@ impl PullError {
                 | PullError::Store(_)
                 | PullError::BadCredentials(_)
                 | PullError::NoSpace(_)
+                | PullError::Internal(_)
+                | PullError::ShuttingDown
                 | PullError::Layer {
                     error: UnpackError::NoSpace(_) | UnpackError::Fs { .. },
                     ..
                 }
         )
+    }
+}
+
+/// A blocking task that panicked or was cancelled: crust's own fault.
+#[derive(Debug)]
+pub struct TaskFailed(String);
+
+impl From<TaskFailed> for PullError {
+    fn from(e: TaskFailed) -> PullError {
+        PullError::Internal(e.0)
+    }
+}
+
+impl From<TaskFailed> for ImportError {
+    fn from(e: TaskFailed) -> ImportError {
+        ImportError::Internal(e.0)
+    }
+}
+
+/// The image service's one way into blocking file work (downloads written to disk, fsyncs,
+/// reads, unpacking) from async code: the blocking pool, never an async worker thread, so a
+/// slow disk does not stall every RPC.
+async fn off_thread<T, E>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<TaskFailed> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(TaskFailed(format!("{what}: {e}")).into()),
     }
 }
 
@@ -223,42 +249,20 @@ pub struct Images {
     layer_locks: KeyedLocks,
     downloads: tokio::sync::Semaphore,
     unpacks: tokio::sync::Semaphore,
-    layer_usage: Mutex<HashMap<Digest, unpack::LayerMeta>>,
+    layer_usage: Mutex<HashMap<Digest, store::unpack::LayerMeta>>,
     pulls: idle::PullActivity,
+    /// Pulls running in tasks of their own (see `pull_slot`).
+    pull_tasks: Arc<tokio::sync::Semaphore>,
 }
 
-#[derive(Clone)]
-struct State {
-    table: Arc<Table>,
-    generation: Generation,
-}
+/// Pulls that may run at once, each in its own task. A pull outlives the request that
+/// started it, so clients that retry and give up again and again would otherwise pile up
+/// tasks without limit; requests past this wait for a slot instead.
+pub const MAX_PULL_TASKS: usize = 32;
 
-/// Content that must not be deleted: pinned by pulls in progress (counted) and held by
-/// containers (by holder).
-#[derive(Default)]
-struct Pins {
-    in_flight: HashMap<Digest, usize>,
-    holds: HashMap<String, rootfs::Hold>,
-}
-
-/// Removes its pins when dropped.
-struct PinGuard {
-    pins: Arc<Mutex<Pins>>,
-    keys: Vec<Digest>,
-}
-
-impl Drop for PinGuard {
-    fn drop(&mut self) {
-        let mut p = lock(&self.pins);
-        for k in &self.keys {
-            if let Some(n) = p.in_flight.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
-                    p.in_flight.remove(k);
-                }
-            }
-        }
-    }
+/// A slot for one pull task; the slot frees when this drops.
+pub struct PullSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Deletes the file at `path`; one already gone is fine.
@@ -275,29 +279,6 @@ fn remove_file(path: PathBuf) -> Result<(), ImageError> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One async mutex per key, so concurrent pulls of the same blob or layer do the work once:
-/// the second waits for the first and then finds the result in the store.
-#[derive(Default)]
-struct KeyedLocks(Mutex<HashMap<Digest, Weak<tokio::sync::Mutex<()>>>>);
-
-impl KeyedLocks {
-    async fn lock(&self, key: &Digest) -> tokio::sync::OwnedMutexGuard<()> {
-        let m = {
-            let mut map = lock(&self.0);
-            map.retain(|_, w| w.strong_count() > 0);
-            match map.get(key).and_then(Weak::upgrade) {
-                Some(m) => m,
-                None => {
-                    let m = Arc::new(tokio::sync::Mutex::new(()));
-                    map.insert(key.clone(), Arc::downgrade(&m));
-                    m
-                }
-            }
-        };
-        m.lock_owned().await
-    }
 }
 
 impl Images {
@@ -333,6 +314,7 @@ impl Images {
             layer_locks: KeyedLocks::default(),
             layer_usage: Mutex::new(HashMap::new()),
             pulls: idle::PullActivity::default(),
+            pull_tasks: Arc::new(tokio::sync::Semaphore::new(MAX_PULL_TASKS)),
         };
         images.reload(true)?;
         images.load_holds()?;
@@ -344,6 +326,32 @@ impl Images {
 
     pub fn paths(&self) -> &StorePaths {
         &self.paths
+    }
+
+    /// Waits for a free slot to pull `reference`; move it into the task that runs the pull.
+    pub async fn pull_slot(&self, reference: &str) -> Result<PullSlot, ImageError> {
+        match self.pull_tasks.clone().acquire_owned().await {
+            Ok(permit) => Ok(PullSlot { _permit: permit }),
+            Err(_) => Err(ImageError::Pull {
+                reference: reference.to_owned(),
+                error: Box::new(PullError::ShuttingDown),
+                also: vec![],
+            }),
+        }
+    }
+
+    /// An image service on `root` for unit tests.
+    #[cfg(test)]
+    pub(crate) fn open_for_test(root: &Path) -> Images {
+        let settings = ImageSettings {
+            root: root.to_owned(),
+            registry: Default::default(),
+            max_concurrent_downloads: 1,
+            progress_timeout: Duration::from_secs(1),
+            platform: Platform::current(),
+            reserve: Reserve::new(0),
+        };
+        Images::open(settings, true).unwrap()
     }
 
     fn recover(&self) -> Result<(), ImageError> {
@@ -359,11 +367,12 @@ impl Images {
             return Ok(());
         };
         let held = lock(&self.pins).holds.len();
-        let partials = content::remove_partials(&self.paths).map_err(|source| ImageError::Io {
-            what: "cleaning",
-            path: self.paths.root().to_owned(),
-            source,
-        })?;
+        let partials =
+            store::content::remove_partials(&self.paths).map_err(|source| ImageError::Io {
+                what: "cleaning",
+                path: self.paths.root().to_owned(),
+                source,
+            })?;
         let gc = self.collect_garbage_locked()?;
         tracing::info!(
             images = self.table().len(),
@@ -375,140 +384,6 @@ impl Images {
         );
         Ok(())
     }
-
-    /// The current table, reloaded first if another process changed the records.
-    fn table(&self) -> Arc<Table> {
-        let current = self.paths.generation();
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if state.generation == current {
-            return state.table;
-        }
-        if let Err(e) = self.reload(false) {
-            tracing::warn!(error = %e, "reloading image records");
-        }
-        self.state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .table
-            .clone()
-    }
-
-    /// Reads every record from disk. Without `wait`, gives up (keeping the old table) when
-    /// another process holds the store lock: it bumps the generation again when done.
-    fn reload(&self, wait: bool) -> Result<(), ImageError> {
-        let _guard = if self.holds_store_lock() {
-            None
-        } else if wait {
-            Some(self.paths.lock(false))
-        } else {
-            match self.paths.try_lock(false) {
-                Ok(Some(l)) => Some(Ok(l)),
-                _ => return Ok(()),
-            }
-        };
-        let current = self.paths.generation();
-        let table = Table::from_records(load_records(&self.paths)?);
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = State {
-            table: Arc::new(table),
-            generation: current,
-        };
-        Ok(())
-    }
-
-    fn holds_store_lock(&self) -> bool {
-        lock(&self.held_lock).is_some()
-    }
-
-    /// Takes the store lock for this process's remaining life (for `crust image import`).
-    pub fn hold_store_lock(&self) -> Result<(), ImageError> {
-        let l = self.paths.lock(true).map_err(|source| ImageError::Io {
-            what: "locking",
-            path: self.paths.root().to_owned(),
-            source,
-        })?;
-        *lock(&self.held_lock) = Some(l);
-        self.reload(true)
-    }
-
-    /// Runs `f` with the store lock held exclusively and the table current. Blocking.
-    fn with_store_lock<T>(
-        &self,
-        f: impl FnOnce(&Table) -> Result<T, ImageError>,
-    ) -> Result<T, ImageError> {
-        let _inner = lock(&self.commit_lock);
-        let _flock = if self.holds_store_lock() {
-            None
-        } else {
-            Some(self.paths.lock(true).map_err(|source| ImageError::Io {
-                what: "locking",
-                path: self.paths.root().to_owned(),
-                source,
-            })?)
-        };
-        if self.paths.generation()
-            != self
-                .state
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .generation
-        {
-            let table = Table::from_records(load_records(&self.paths)?);
-            let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
-            s.table = Arc::new(table);
-            s.generation = self.paths.generation();
-        }
-        let table = self
-            .state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .table
-            .clone();
-        f(&table)
-    }
-
-    /// Installs `table` as the new state after its changed records were saved.
-    fn publish(&self, table: Table) -> Result<(), ImageError> {
-        let generation = self.paths.bump_generation()?;
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = State {
-            table: Arc::new(table),
-            generation,
-        };
-        Ok(())
-    }
-
-    /// Pins content for a pull in progress so garbage collection leaves it alone.
-    fn pin(&self, keys: Vec<Digest>) -> PinGuard {
-        let mut p = lock(&self.pins);
-        for k in &keys {
-            *p.in_flight.entry(k.clone()).or_default() += 1;
-        }
-        PinGuard {
-            pins: self.pins.clone(),
-            keys,
-        }
-    }
-}
-
-fn load_records(paths: &StorePaths) -> Result<Vec<ImageRecord>, ImageError> {
-    let dir = paths.records_dir();
-    let entries = std::fs::read_dir(&dir).map_err(|source| ImageError::Io {
-        what: "reading",
-        path: dir.clone(),
-        source,
-    })?;
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == "json")
-            && !e.file_name().to_string_lossy().starts_with('.')
-        {
-            match crate::store::load::<ImageRecord>(&p) {
-                Ok(r) => out.push(r),
-                Err(err) => tracing::warn!(error = %err, "skipping unreadable image record"),
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn now_secs() -> u64 {

@@ -2,8 +2,8 @@
 //! itself), pick this platform's manifest from an index, and install the image.
 
 use super::fetch::{Candidate, Source};
-use super::manifest::{ManifestError, Resolved, parse_document, parse_manifest};
-use super::reference::ImageRef;
+use super::registry::manifest::{ManifestError, Resolved, parse_document, parse_manifest};
+use super::registry::reference::ImageRef;
 use super::registry::{Credentials, Endpoint, Session};
 use super::{ImageError, ImageRecord, Images, PullError};
 

@@ -3,8 +3,9 @@
 use std::collections::HashSet;
 use std::fs;
 
+use super::StorePaths;
 use super::digest::Digest;
-use super::records::Table;
+use super::store::records::Table;
 use super::{ImageError, Images, lock};
 
 /// What one garbage collection deleted.
@@ -85,15 +86,16 @@ impl Images {
                 .map_err(io("reading", dir.clone()))?
                 .flatten()
             {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') {
+                let name = e.file_name();
+                if name.as_encoded_bytes().starts_with(b".") {
                     continue;
                 }
-                let chain = format!("sha256:{name}").parse::<Digest>().ok();
+                // Any algorithm: a first layer's chain id is its diff id, which may be sha512.
+                let chain = StorePaths::layer_chain(&name);
                 if chain.as_ref().is_some_and(|d| keep.contains(d)) {
                     continue;
                 }
-                let t = dir.join(format!(".tmp-trash-{name}"));
+                let t = dir.join(format!(".tmp-trash-{}", name.to_string_lossy()));
                 fs::rename(e.path(), &t).map_err(io("removing", e.path()))?;
                 trash.push(t);
                 if let Some(c) = chain {
@@ -103,8 +105,73 @@ impl Images {
             }
         }
         for t in trash {
-            super::unpack::remove_tree(&t).map_err(io("removing", t.clone()))?;
+            super::store::content::remove_tree(&t).map_err(io("removing", t.clone()))?;
         }
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::LayerRef;
+    use crate::image::digest::Algorithm;
+    use crate::image::store::records::tests::record;
+
+    #[test]
+    fn layers_named_by_sha512_chain_ids_are_kept_while_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = Images::open_for_test(dir.path());
+        let used = Digest::compute(Algorithm::Sha512, b"used layer");
+        let unused = Digest::compute(Algorithm::Sha512, b"unused layer");
+        let mut r = record(b"img", &["docker.io/library/x:1"]);
+        r.layers = vec![LayerRef {
+            blob: Digest::of(b"blob"),
+            media_type: String::new(),
+            size: 1,
+            diff_id: used.clone(),
+            chain_id: used.clone(),
+        }];
+        for c in [&used, &unused] {
+            fs::create_dir_all(images.paths.layer_fs(c)).unwrap();
+        }
+        images
+            .with_store_lock(|t| {
+                let mut t = t.clone();
+                t.add(r.clone());
+                crate::store::save(&images.paths.record(&r.id), &r)?;
+                images.publish(t)
+            })
+            .unwrap();
+        let stats = images.collect_garbage().unwrap();
+        assert_eq!(stats.layers, 1);
+        assert!(
+            images.paths.layer_dir(&used).is_dir(),
+            "a used sha512 layer is kept"
+        );
+        assert!(!images.paths.layer_dir(&unused).exists());
+    }
+
+    #[tokio::test]
+    async fn pull_tasks_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = Images::open_for_test(dir.path());
+        let mut slots = Vec::new();
+        for _ in 0..crate::image::MAX_PULL_TASKS {
+            slots.push(images.pull_slot("x").await.unwrap());
+        }
+        let wait = std::time::Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, images.pull_slot("x"))
+                .await
+                .is_err(),
+            "one pull past the limit waits"
+        );
+        slots.pop();
+        assert!(
+            tokio::time::timeout(wait, images.pull_slot("x"))
+                .await
+                .is_ok()
+        );
     }
 }

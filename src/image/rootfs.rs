@@ -6,11 +6,10 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use super::digest::Digest;
-use super::manifest::RuntimeConfig;
-use super::records::ImageRecord;
+use super::registry::manifest::RuntimeConfig;
+use super::store::locking::Hold;
+use super::store::records::ImageRecord;
 use super::{ImageError, Images, lock};
 
 /// An image a container uses.
@@ -22,18 +21,6 @@ pub struct ImageUse {
     pub lowerdirs: Vec<PathBuf>,
     /// User, Env, Entrypoint, Cmd, WorkingDir, Volumes, StopSignal, Labels.
     pub config: RuntimeConfig,
-}
-
-/// The content one holder keeps alive.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Hold {
-    pub holder: String,
-    pub image: Digest,
-    pub keys: Vec<Digest>,
-}
-
-impl crate::store::Record for Hold {
-    const VERSION: u32 = 1;
 }
 
 impl Images {
@@ -149,7 +136,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::image::records::tests::record;
+    use crate::image::store::records::tests::record;
     use crate::image::{ImageSettings, LayerRef, Platform};
 
     #[test]

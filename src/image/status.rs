@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use super::records::ImageRecord;
-use super::reference::ImageRef;
+use super::registry::reference::ImageRef;
+use super::store::records::ImageRecord;
 use super::{ImageError, Images};
 
 /// An image as status and list report it.
@@ -77,6 +77,10 @@ impl Images {
             }));
         }
         let table = self.table();
+        // A full id of any algorithm (`sha512:...` too), then a bare sha256 hex.
+        if let Ok(id) = spec.parse::<super::Digest>() {
+            return Ok(table.get(&id).cloned());
+        }
         let bare = spec.strip_prefix("sha256:").unwrap_or(spec);
         if bare.len() == 64 && is_hex(bare) {
             let id: super::Digest = format!("sha256:{bare}").parse().expect("checked hex");

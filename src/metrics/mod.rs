@@ -1,13 +1,14 @@
 //! crust's own metrics, for an operator watching the runtime itself (the workloads' series are
 //! CRI's ListPodSandboxMetrics, `crate::stats::cadvisor`): RPCs by method and code with their
 //! latency, pods and containers by state, image pulls, OOM kills, monitor deaths, event
-//! subscribers and dropped events. Served in the Prometheus (OpenMetrics) text format by
+//! subscribers and those cut off. Served in the Prometheus (OpenMetrics) text format by
 //! `http.rs` when `metrics.address` is set; off by default.
 //!
 //! The families are process-wide, so any module records into them through the functions
 //! here without carrying a handle; they cost an atomic add whether or not anything scrapes.
-//! Pods and containers by state are counted at scrape time from the daemon's tables, through
-//! the closures in [`StateSource`], so this module depends on nothing else in crust.
+//! Pods and containers by state and the event hub's subscribers are counted at scrape time from
+//! the daemon's tables, through the closures in [`StateSource`], so this module depends on
+//! nothing else in crust.
 //!
 //! Built on `prometheus-client`, the Prometheus project's Rust client: typed label sets, no
 //! global default registry, and its text encoder, so crust never writes the exposition format
@@ -22,9 +23,10 @@ use std::time::Duration;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -63,8 +65,6 @@ struct Metrics {
     oom_kills: Counter,
     monitor_deaths: Counter,
     monitors_adopted: Counter,
-    event_subscribers: Gauge,
-    events_dropped: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -77,8 +77,6 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     oom_kills: Counter::default(),
     monitor_deaths: Counter::default(),
     monitors_adopted: Counter::default(),
-    event_subscribers: Gauge::default(),
-    events_dropped: Counter::default(),
 });
 
 /// One RPC answered: `method` as the request path names it, `code` the gRPC status code.
@@ -127,23 +125,17 @@ pub fn monitors_adopted(n: u64) {
     METRICS.monitors_adopted.inc_by(n);
 }
 
-/// Subscribers of GetContainerEvents now: increment when one subscribes, decrement when it
-/// leaves or is cut off.
-pub fn event_subscribers() -> &'static Gauge {
-    &METRICS.event_subscribers
-}
+/// (state, count) pairs, taken at scrape time.
+pub type Counts = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
 
-/// Events not delivered to a subscriber that fell behind (one per event lost).
-pub fn events_dropped() -> &'static Counter {
-    &METRICS.events_dropped
-}
-
-/// Counts of pods and containers by state, taken at scrape time.
+/// What is counted at scrape time.
 pub struct StateSource {
-    /// (state, count) of the pod sandboxes.
-    pub pods: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
-    /// (state, count) of the containers.
-    pub containers: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
+    /// The pod sandboxes by state.
+    pub pods: Counts,
+    /// The containers by state.
+    pub containers: Counts,
+    /// GetContainerEvents subscribers now, and those cut off or gone since start.
+    pub events: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
 }
 
 impl fmt::Debug for StateSource {
@@ -164,6 +156,15 @@ impl Collector for StateSource {
                 ConstGauge::new(n as i64).encode(family.encode_family(&labels)?)?;
             }
         }
+        let (subscribers, dropped) = (self.events)();
+        let help = "GetContainerEvents subscribers connected";
+        let family =
+            encoder.encode_descriptor("event_subscribers", help, None, MetricType::Gauge)?;
+        ConstGauge::new(subscribers as i64).encode(family)?;
+        let help = "GetContainerEvents subscribers cut off for falling behind, or gone";
+        let kind = MetricType::Counter;
+        let family = encoder.encode_descriptor("event_subscribers_dropped", help, None, kind)?;
+        ConstCounter::new(dropped).encode(family)?;
         Ok(())
     }
 }
@@ -212,16 +213,6 @@ pub fn registry(state: StateSource) -> Registry {
         "monitors_adopted",
         "Pod monitors a restarted daemon reconnected to",
         m.monitors_adopted.clone(),
-    );
-    r.register(
-        "event_subscribers",
-        "GetContainerEvents subscribers connected",
-        m.event_subscribers.clone(),
-    );
-    r.register(
-        "events_dropped",
-        "Container events not delivered to a subscriber that fell behind",
-        m.events_dropped.clone(),
     );
     r.register_collector(Box::new(state));
     r
@@ -276,6 +267,7 @@ mod tests {
         let r = registry(StateSource {
             pods: Box::new(|| vec![("ready", 2), ("notready", 1)]),
             containers: Box::new(|| vec![("running", 3)]),
+            events: Box::new(|| (2, 1)),
         });
         let text = encode(&r);
         for line in [
@@ -285,6 +277,8 @@ mod tests {
             "crust_image_pull_failures_total{reason=\"Unauthenticated\"} 1",
             "crust_pods{state=\"notready\"} 1",
             "crust_containers{state=\"running\"} 3",
+            "crust_event_subscribers 2",
+            "crust_event_subscribers_dropped_total 1",
             "# EOF",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");

@@ -43,6 +43,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         runtime_root: req.runtime_root.clone(),
         process: Box::new(req.process.clone()),
         stdio: theirs,
+        console_socket: None,
     };
     let spawned = match worker::spawn(job, &dir.join(RUNTIME_LOG)) {
         Ok(s) => s,

@@ -145,16 +145,31 @@ fn trim(strip_cr: bool, line: &[u8]) -> &[u8] {
     }
 }
 
-/// One output of one container flowing into its log file.
+/// Where attached clients get a copy of a container's output: one bounded channel each, of
+/// (frame stream, bytes). One that falls behind is dropped (it detaches), never the log.
+pub type Attachers = Rc<RefCell<Vec<tokio::sync::mpsc::Sender<(u8, Vec<u8>)>>>>;
+
+/// One output of one container flowing into its log file (and to attached clients).
 pub struct Relay {
     fd: std::os::fd::RawFd,
     stream: Stream,
     splitter: LineSplitter,
     log: Rc<RefCell<LogFile>>,
+    attachers: Attachers,
     eof: bool,
 }
 
 impl Relay {
+    fn copy_to_attachers(&self, data: &[u8]) {
+        let frame_stream = match self.stream {
+            Stream::Stdout => super::frame::STDOUT,
+            Stream::Stderr => super::frame::STDERR,
+        };
+        self.attachers
+            .borrow_mut()
+            .retain(|a| a.try_send((frame_stream, data.to_vec())).is_ok());
+    }
+
     /// Reads what the pipe holds now; returns true at end of stream (or a read error, which
     /// a tty master gives once its last writer is gone).
     pub fn pump(&mut self) -> bool {
@@ -167,6 +182,7 @@ impl Relay {
                     self.splitter.feed(&buf[..n], &mut |partial, text| {
                         log.borrow_mut().write(stream, partial, text)
                     });
+                    self.copy_to_attachers(&buf[..n]);
                 }
                 Err(nix::errno::Errno::EAGAIN) => return false,
                 Err(nix::errno::Errno::EINTR) => {}
@@ -187,6 +203,7 @@ pub fn start(
     stream: Stream,
     tty: bool,
     log: Rc<RefCell<LogFile>>,
+    attachers: Attachers,
 ) -> std::io::Result<Rc<RefCell<Relay>>> {
     set_nonblocking(&fd)?;
     let relay = Rc::new(RefCell::new(Relay {
@@ -197,6 +214,7 @@ pub fn start(
             ..Default::default()
         },
         log,
+        attachers,
         eof: false,
     }));
     let afd = crate::sys::async_fd(fd)?;

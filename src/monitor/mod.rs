@@ -17,6 +17,7 @@
 pub mod client;
 mod exec;
 mod exec_seccomp;
+mod interactive;
 mod logs;
 mod process;
 mod server;
@@ -106,6 +107,25 @@ pub enum Request {
     ReopenLog { id: String },
     /// Keeps the connection: first a `Snapshot` line, then one `Event` line per change.
     Subscribe,
+    /// Starts a process in a running container for a client to talk to (streaming Exec):
+    /// answers `Streaming` with the process's stdio attached (SCM_RIGHTS), then `Exited` when
+    /// it ends. The connection's closing kills the process.
+    ExecStream(Box<ExecStreamRequest>),
+    /// Joins a container's stdio (Attach): answers `Attached` with its stdin (or tty)
+    /// attached when asked for, then carries its output as frames (`frame::encode`) until it
+    /// exits. Closing the connection detaches.
+    Attach { id: String, stdin: bool },
+}
+
+/// A process to run in a running container with its stdio handed to the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecStreamRequest {
+    pub id: String,
+    pub runtime_root: PathBuf,
+    /// The OCI process; `terminal` set gives it a tty, whose master is handed over.
+    pub process: oci_spec::runtime::Process,
+    /// Whether the caller writes to the process's stdin (else it reads /dev/null).
+    pub stdin: bool,
 }
 
 /// Everything the monitor needs to create and then watch one container.
@@ -185,6 +205,43 @@ pub enum Reply {
     Snapshot {
         containers: Vec<ContainerState>,
     },
+    /// An exec process started; its descriptors came with this line: the tty master, or
+    /// stdin's write end (when asked for), stdout's and stderr's read ends.
+    Streaming {
+        pid: i32,
+    },
+    /// The exec process ended.
+    Exited {
+        exit_code: i32,
+    },
+    /// Attached; the descriptor that came with this line (when stdin was asked for, or the
+    /// container has a tty) is the container's stdin write end or its tty master.
+    Attached {
+        tty: bool,
+    },
+}
+
+/// Attach output frames: a stream byte (1 stdout, 2 stderr), a big-endian u32 length, the
+/// bytes.
+pub mod frame {
+    pub const STDOUT: u8 = 1;
+    pub const STDERR: u8 = 2;
+    pub const HEADER: usize = 5;
+    /// The largest frame body a reader accepts.
+    pub const MAX: usize = 1 << 20;
+
+    pub fn encode(stream: u8, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + data.len());
+        out.push(stream);
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    /// The stream and body length of a header.
+    pub fn decode_header(h: [u8; HEADER]) -> (u8, usize) {
+        (h[0], u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize)
+    }
 }
 
 /// The outcome of an Exec request.
@@ -214,7 +271,13 @@ pub struct ContainerState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
-    Exited { id: String, exit: ExitInfo },
+    Exited {
+        id: String,
+        exit: ExitInfo,
+        /// The container had been started (else it was killed while created).
+        #[serde(default)]
+        started: bool,
+    },
 }
 
 /// How a container's process ended, as its monitor recorded it (durably, in the container's

@@ -275,8 +275,17 @@ async fn connection(monitor: Rc<Monitor>, stream: UnixStream) {
             return;
         }
     };
-    if matches!(request, Request::Subscribe) {
-        return subscribe(&monitor, write).await;
+    match request {
+        Request::Subscribe => return subscribe(&monitor, write).await,
+        Request::ExecStream(req) => {
+            let read = reader.into_inner().into_inner();
+            return super::interactive::exec(&monitor, *req, read, write).await;
+        }
+        Request::Attach { id, stdin } => {
+            let read = reader.into_inner().into_inner();
+            return super::interactive::attach(&monitor, &id, stdin, read, write).await;
+        }
+        _ => {}
     }
     let exit = matches!(request, Request::Shutdown);
     let reply = handle(&monitor, request).await;
@@ -303,7 +312,10 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
         Request::Forget { id } => workloads::forget(monitor, &id).await,
         Request::ReopenLog { id } => workloads::reopen_log(monitor, &id),
         Request::Exec(req) => super::exec::run(monitor, *req).await,
-        Request::Subscribe => err(Fault::Invalid, "subscribe is answered elsewhere".into()),
+        Request::Subscribe | Request::ExecStream(_) | Request::Attach { .. } => err(
+            Fault::Invalid,
+            "a streaming request is answered elsewhere".into(),
+        ),
     }
 }
 

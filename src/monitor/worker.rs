@@ -48,6 +48,8 @@ pub enum Job {
         runtime_root: PathBuf,
         process: Box<oci_spec::runtime::Process>,
         stdio: Stdio,
+        /// Where the process's tty master is sent, for a process with a terminal.
+        console_socket: Option<PathBuf>,
     },
 }
 
@@ -125,7 +127,8 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
             runtime_root,
             process,
             stdio,
-        } => exec(&id, &runtime_root, &process, stdio),
+            console_socket,
+        } => exec(&id, &runtime_root, &process, stdio, console_socket),
     };
     let mut line = serde_json::to_vec(&outcome).unwrap_or_default();
     line.push(b'\n');
@@ -179,6 +182,7 @@ fn exec(
     runtime_root: &Path,
     process: &oci_spec::runtime::Process,
     stdio: Stdio,
+    console_socket: Option<PathBuf>,
 ) -> Outcome {
     // The tenant builder reads the process from a file; one per worker, gone afterwards.
     let file = runtime_root
@@ -207,7 +211,8 @@ fn exec(
             let b = b
                 .with_stdin(stdio.stdin)
                 .with_stdout(stdio.stdout)
-                .with_stderr(stdio.stderr);
+                .with_stderr(stdio.stderr)
+                .with_console_socket(console_socket);
             let b = match executor {
                 Some(e) => b.with_executor(e),
                 None => b,

@@ -26,8 +26,11 @@ pub struct Workload {
     exit: Option<ExitInfo>,
     log: Rc<RefCell<LogFile>>,
     relays: Vec<Rc<RefCell<Relay>>>,
-    /// Kept open so the container's stdin stays open (attach writes here later).
-    _stdin: Option<OwnedFd>,
+    /// Clients attached to the container's output.
+    pub attachers: logs::Attachers,
+    /// The container's stdin write end (or a copy of its tty master), kept open so its stdin
+    /// stays open until an attacher with `stdin_once` detaches.
+    pub stdin: Option<OwnedFd>,
 }
 
 impl Workload {
@@ -38,6 +41,14 @@ impl Workload {
     /// crust's directory for the container (exit record, runtime log).
     pub fn dir(&self) -> &Path {
         &self.req.dir
+    }
+
+    pub fn tty(&self) -> bool {
+        self.req.tty
+    }
+
+    pub fn stdin_once(&self) -> bool {
+        self.req.stdin_once
     }
 
     pub fn state(&self, id: &str) -> ContainerState {
@@ -90,7 +101,13 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             return err(fault, with_logged(error, &logged));
         }
     };
-    let relays = match relay_outputs(&req, ours.stdout, ours.stderr, console, &log) {
+    let attachers = logs::Attachers::default();
+    // With a tty, stdin is the master: a copy stays for attachers (stdin and resizes).
+    let stdin = match (&console, ours.stdin) {
+        (Some(master), _) if req.stdin => master.try_clone().ok(),
+        (_, stdin) => stdin,
+    };
+    let relays = match relay_outputs(&req, ours.stdout, ours.stderr, console, &log, &attachers) {
         Ok(r) => r,
         Err(e) => {
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
@@ -108,7 +125,8 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             exit: None,
             log,
             relays,
-            _stdin: ours.stdin,
+            attachers,
+            stdin,
         },
     );
     if let Some(status) = status {
@@ -172,7 +190,7 @@ fn standard_streams(req: &CreateRequest) -> std::io::Result<(Stdio, Ours, Option
 
 /// Accepts the container init's connection on the console socket and takes the tty master
 /// it sends.
-async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Option<OwnedFd> {
+pub async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Option<OwnedFd> {
     let listener = listener?;
     let accepted = tokio::time::timeout(Duration::from_secs(30), listener.accept()).await;
     let (stream, _) = accepted.ok()?.ok()?;
@@ -187,18 +205,26 @@ fn relay_outputs(
     stderr: Option<OwnedFd>,
     console: Option<OwnedFd>,
     log: &Rc<RefCell<LogFile>>,
+    attachers: &logs::Attachers,
 ) -> std::io::Result<Vec<Rc<RefCell<Relay>>>> {
     let mut relays = Vec::new();
     if req.tty {
         let master = console.ok_or_else(|| {
             std::io::Error::other("the container's init sent no tty on the console socket")
         })?;
-        relays.push(logs::start(master, Stream::Stdout, true, log.clone())?);
+        let relay = logs::start(master, Stream::Stdout, true, log.clone(), attachers.clone())?;
+        relays.push(relay);
         return Ok(relays);
     }
     for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
         if let Some(fd) = fd {
-            relays.push(logs::start(fd, stream, false, log.clone())?);
+            relays.push(logs::start(
+                fd,
+                stream,
+                false,
+                log.clone(),
+                attachers.clone(),
+            )?);
         }
     }
     Ok(relays)
@@ -316,7 +342,7 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         WaitStatus::Signaled(_, sig, _) => (128 + sig as i32, Some(sig as i32)),
         _ => return,
     };
-    let exit = {
+    let (exit, started) = {
         let mut workloads = monitor.workloads.borrow_mut();
         let Some(w) = workloads.get_mut(id) else {
             return;
@@ -330,6 +356,8 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         for relay in &w.relays {
             relay.borrow_mut().pump();
         }
+        // Its output is all out: attached clients are done.
+        w.attachers.borrow_mut().clear();
         let clean = code == 0 && signal.is_none();
         let oom_killed = !clean && w.req.memory_cgroup.as_deref().is_some_and(oom_kills);
         let exit = ExitInfo {
@@ -344,11 +372,12 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             super::process::log(&format!("recording the exit of {id}: {e}"));
         }
         w.exit = Some(exit.clone());
-        exit
+        (exit, w.started_at.is_some())
     };
     monitor.publish(&Event::Exited {
         id: id.to_owned(),
         exit,
+        started,
     });
 }
 

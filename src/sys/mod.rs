@@ -217,6 +217,68 @@ pub fn has_mount_setattr() -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
 }
 
+/// Sends `data` with the descriptors `fds` attached (SCM_RIGHTS) on a unix stream socket.
+/// Non-blocking sockets may answer WouldBlock, like any write.
+pub fn send_with_fds(
+    socket: &impl AsRawFd,
+    data: &[u8],
+    fds: &[std::os::fd::RawFd],
+) -> io::Result<usize> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let iov = [io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    Ok(sendmsg::<()>(
+        socket.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?)
+}
+
+/// Receives bytes into `buf` and any descriptors sent with them (SCM_RIGHTS, at most 8).
+pub fn receive_with_fds(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            for fd in raw {
+                // SAFETY: the kernel just installed this descriptor in our table for us; no
+                // one else owns it.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// Sets the window size of the terminal behind `fd` (a pty master or slave).
+pub fn set_window_size(fd: &impl AsRawFd, rows: u16, cols: u16) -> io::Result<()> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize from the pointer, which lives for the whole call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.
 pub fn set_link_up(name: &str) -> io::Result<()> {
     let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -249,6 +311,36 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Creates an unconnected TCP socket inside the network namespace pinned at `pin` (a netns
+/// bind mount). A socket stays in the namespace it was created in, so the caller can connect
+/// it from anywhere. The namespace is entered by a thread of its own that ends right after:
+/// entering it on a thread of the async runtime or the blocking pool would leave that thread
+/// in the pod's network for whatever it runs next. Blocks for the thread's short life.
+pub fn tcp_socket_in_netns(pin: &std::path::Path, ipv6: bool) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+    let pin = pin.to_owned();
+    let worker = std::thread::Builder::new()
+        .name("netns-socket".into())
+        .spawn(move || -> io::Result<OwnedFd> {
+            let ns = std::fs::File::open(&pin)?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            let family = if ipv6 {
+                AddressFamily::Inet6
+            } else {
+                AddressFamily::Inet
+            };
+            Ok(socket(
+                family,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+                None,
+            )?)
+        })?;
+    worker
+        .join()
+        .map_err(|_| io::Error::other("the network namespace thread panicked"))?
+}
+
 /// Installs a handler for `signal` that does nothing, so that the signal interrupts blocking
 /// calls (and `pause`) instead of being ignored or killing the process.
 pub fn catch_signal(signal: nix::sys::signal::Signal) -> nix::Result<()> {
@@ -272,6 +364,12 @@ mod tests {
         assert!(pidfd_open(std::process::id() as i32).is_ok());
         let err = pidfd_open(i32::MAX).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn netns_sockets_need_a_namespace_pin() {
+        let err = tcp_socket_in_netns(std::path::Path::new("/nonexistent/pin"), false);
+        assert_eq!(err.unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod oci_build;
 pub mod registry;
+pub mod tools;
 pub mod workload;
 
 pub use daemon::Daemon;

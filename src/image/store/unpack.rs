@@ -9,31 +9,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::content::StorePaths;
-use super::digest::{Digest, HashingReader};
+use super::content::{StorePaths, remove_tree};
 use super::extract::Extractor;
-use super::manifest::Compression;
+use super::lower::Lowers;
 use super::space::{Guarded, Reserve, Tripped};
-
-#[derive(Debug, thiserror::Error)]
-pub enum UnpackError {
-    #[error("entry {path:?} escapes the layer directory")]
-    Traversal { path: String },
-    #[error("hard link {path:?} points to {target:?}, which is not a file in this layer")]
-    BadLink { path: String, target: String },
-    #[error("uncompressed layer has digest {actual}, but the image config says {expected}")]
-    DiffId { expected: Digest, actual: Digest },
-    #[error("layer is not a valid (compressed) tar: {0}")]
-    Corrupt(String),
-    #[error("{op} {path}: {source}")]
-    Fs {
-        op: &'static str,
-        path: String,
-        source: io::Error,
-    },
-    #[error("unpacking stopped: {0}")]
-    NoSpace(#[from] super::space::NoSpace),
-}
+use super::tar_bounds::TarBounds;
+pub use super::unpack_error::UnpackError;
+use crate::image::digest::{Digest, HashingReader};
+use crate::image::registry::manifest::Compression;
 
 /// What one unpacked layer uses on disk, saved beside it as `layer.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -71,12 +54,14 @@ impl Drop for TmpDir {
     }
 }
 
-/// Unpacks `blob` as the layer `chain_id`. Blocking. Returns at once if the layer exists.
+/// Unpacks `blob` as the layer `chain_id` on top of the unpacked layers `lowers` (its chain's
+/// parents, topmost first). Blocking. Returns at once if the layer exists.
 pub fn unpack(
     paths: &StorePaths,
     blob: &Path,
     diff_id: &Digest,
     chain_id: &Digest,
+    lowers: &[PathBuf],
     reserve: Reserve,
 ) -> Result<LayerMeta, UnpackError> {
     let dest = paths.layer_dir(chain_id);
@@ -92,8 +77,20 @@ pub fn unpack(
     let guard = TmpDir(Some(tmp.clone()));
     let fs_dir = tmp.join("fs");
     fs::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
+    // The layer root is what `/` shows when no layer above lists it (`./` entries are
+    // skipped): 0755 whatever the daemon's umask.
+    fs::set_permissions(&fs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(fs_err("chmod", &fs_dir))?;
     let file = File::open(blob).map_err(fs_err("opening", blob))?;
-    extract_tar(file, &fs_dir, Some(diff_id), reserve, &paths.layers_dir())?;
+    let lowers = Lowers::new(lowers.to_vec());
+    extract_tar(
+        file,
+        &fs_dir,
+        lowers,
+        Some(diff_id),
+        reserve,
+        &paths.layers_dir(),
+    )?;
     let (bytes, inodes) =
         crate::stats::disk_usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
     let meta = LayerMeta {
@@ -121,18 +118,20 @@ pub fn unpack(
     Ok(meta)
 }
 
-/// Extracts a (possibly compressed) tar stream into the empty directory `dir`, checking the
-/// uncompressed stream against `diff_id` when given and the free space of `store` (the
-/// directory messages name, on the same filesystem) against `reserve`. Blocking.
+/// Extracts a (possibly compressed) tar stream into the empty directory `dir` on top of
+/// `lowers`, checking the uncompressed stream against `diff_id` when given and the free space
+/// of `store` (the directory messages name, on the same filesystem) against `reserve`.
+/// Blocking.
 pub fn extract_tar(
     input: impl Read,
     dir: &Path,
+    lowers: Lowers,
     diff_id: Option<&Digest>,
     reserve: Reserve,
     store: &Path,
 ) -> Result<(), UnpackError> {
     let tripped = Tripped::default();
-    let result = extract_guarded(input, dir, diff_id, reserve, store, &tripped);
+    let result = extract_guarded(input, dir, lowers, diff_id, reserve, store, &tripped);
     match tripped.take() {
         Some(no_space) => Err(UnpackError::NoSpace(no_space)),
         None => result,
@@ -142,6 +141,7 @@ pub fn extract_tar(
 fn extract_guarded(
     input: impl Read,
     dir: &Path,
+    lowers: Lowers,
     diff_id: Option<&Digest>,
     reserve: Reserve,
     store: &Path,
@@ -157,7 +157,7 @@ fn extract_guarded(
         Compression::None => Box::new(buffered),
     };
     let guarded = Guarded::new(decoder, reserve, store, tripped.clone());
-    let algorithm = diff_id.map_or(super::digest::Algorithm::Sha256, |d| d.algorithm());
+    let algorithm = diff_id.map_or(crate::image::digest::Algorithm::Sha256, |d| d.algorithm());
     let mut hashing = HashingReader::new(guarded, algorithm);
     let root = rustix::fs::open(
         dir,
@@ -169,9 +169,9 @@ fn extract_guarded(
         path: dir.display().to_string(),
         source: e.into(),
     })?;
-    let mut extractor = Extractor::new(root);
+    let mut extractor = Extractor::new(root, lowers);
     {
-        let mut archive = tar::Archive::new(&mut hashing);
+        let mut archive = tar::Archive::new(TarBounds::new(&mut hashing));
         for entry in archive
             .entries()
             .map_err(|e| UnpackError::Corrupt(e.to_string()))?
@@ -227,14 +227,6 @@ impl<R: BufRead> Read for ZstdFrames<R> {
     }
 }
 
-/// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
-pub fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -279,6 +271,7 @@ mod tests {
         let r = extract_tar(
             t,
             dir.path(),
+            Lowers::default(),
             Some(&Digest::of(t)),
             Reserve::new(0),
             Path::new("/"),
@@ -294,7 +287,6 @@ mod tests {
             ("a/", T::Directory, b""),
             ("a/.wh..wh..opq", T::Regular, b""),
             ("a/keep", T::Regular, b"k"),
-            (".wh.gone", T::Regular, b""),
             ("mine", T::Regular, b"m"),
             (".wh.mine", T::Regular, b""),
             ("b/.wh..wh.plnk", T::Regular, b""),
@@ -302,8 +294,6 @@ mod tests {
         let (d, r) = extract(&t);
         r.unwrap();
         let p = d.path();
-        let gone = p.join("gone").symlink_metadata().unwrap();
-        assert!(gone.file_type().is_char_device() && gone.rdev() == 0);
         let mut v = [0u8; 4];
         let n = rustix::fs::lgetxattr(p.join("a"), "trusted.overlay.opaque", &mut v).unwrap();
         assert_eq!(&v[..n], b"y");
@@ -386,14 +376,14 @@ mod tests {
         fs::write(&blob, &t).unwrap();
         let wrong = Digest::of(b"something else");
         let chain = Digest::of(b"chain");
-        let r = unpack(&paths, &blob, &wrong, &chain, Reserve::new(0));
+        let r = unpack(&paths, &blob, &wrong, &chain, &[], Reserve::new(0));
         assert!(matches!(r, Err(UnpackError::DiffId { .. })), "{r:?}");
         assert_eq!(
             fs::read_dir(paths.layers_dir()).unwrap().count(),
             0,
             "nothing left in layers/"
         );
-        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain, Reserve::new(0)).unwrap();
+        let meta = unpack(&paths, &blob, &Digest::of(&t), &chain, &[], Reserve::new(0)).unwrap();
         assert!(meta.inodes >= 2 && paths.layer_fs(&chain).join("f").is_file());
         let mut z = Vec::new();
         ruzstd::encoding::compress(&t[..], &mut z, ruzstd::encoding::CompressionLevel::Fastest);
@@ -401,6 +391,7 @@ mod tests {
         extract_tar(
             &z[..],
             zdir.path(),
+            Lowers::default(),
             Some(&Digest::of(&t)),
             Reserve::new(0),
             Path::new("/"),
@@ -411,6 +402,7 @@ mod tests {
             extract_tar(
                 &b"\x1f\x8bnot gzip at all"[..],
                 zdir.path(),
+                Lowers::default(),
                 None,
                 Reserve::new(0),
                 Path::new("/")

@@ -21,103 +21,23 @@ use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, RegistryOperation};
 
-use super::digest::{Algorithm, Digest};
-use super::http::{self, AuthHeader, FetchError, Tls};
-use super::manifest::{ACCEPTED_MANIFESTS, Descriptor};
-use super::reference::{DEFAULT_DOMAIN, ImageRef};
-use super::{ImageSettings, PullError};
-use crate::config::{RegistryConfig, RegistryCredentials, decode_basic_auth, endpoint_host};
+mod credentials;
+mod endpoint;
+pub mod http;
+pub mod manifest;
+pub mod reference;
+mod token;
 
-/// Credentials from a PullImage request's AuthConfig.
-#[derive(Clone, Default)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
-    /// base64 of `username:password`.
-    pub auth: String,
-    /// A refresh token exchanged at the registry's token endpoint for an access token.
-    pub identity_token: String,
-    /// A bearer token sent to the registry as is.
-    pub registry_token: String,
-    /// The registry these credentials are for (`https://index.docker.io/v1/`, `reg:5000`);
-    /// empty means the image's own registry.
-    pub server_address: String,
-}
+pub use credentials::Credentials;
+pub use endpoint::Endpoint;
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
-}
-
-/// How a session authenticates.
-enum Auth {
-    Anonymous,
-    Basic(String, String),
-    Bearer(String),
-    Identity(String),
-}
-
-impl Credentials {
-    fn auth(&self) -> Result<Auth, PullError> {
-        if !self.registry_token.is_empty() {
-            return Ok(Auth::Bearer(self.registry_token.clone()));
-        }
-        if !self.identity_token.is_empty() {
-            return Ok(Auth::Identity(self.identity_token.clone()));
-        }
-        if !self.auth.is_empty() {
-            let (u, p) = decode_basic_auth(&self.auth).ok_or_else(|| {
-                PullError::BadCredentials("auth is not base64 of username:password".into())
-            })?;
-            return Ok(Auth::Basic(u, p));
-        }
-        if !self.username.is_empty() {
-            return Ok(Auth::Basic(self.username.clone(), self.password.clone()));
-        }
-        Ok(Auth::Anonymous)
-    }
-
-    /// Whether these credentials may be sent to `domain`: never to a registry other than the
-    /// one they name (as containerd does), so a pull cannot leak them elsewhere.
-    pub fn applies_to(&self, domain: &str) -> bool {
-        let address = self.server_address.trim();
-        if address.is_empty() {
-            return true;
-        }
-        let rest = address.split_once("://").map_or(address, |(_, r)| r);
-        let host = rest.split('/').next().unwrap_or_default();
-        let docker =
-            |h: &str| matches!(h, "docker.io" | "index.docker.io" | "registry-1.docker.io");
-        host.eq_ignore_ascii_case(domain) || (docker(host) && docker(domain))
-    }
-
-    pub fn is_anonymous(&self) -> bool {
-        matches!(self.auth(), Ok(Auth::Anonymous))
-    }
-}
-
-/// One place to pull from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub host: String,
-    pub plain_http: bool,
-    /// The image's own registry (credentials go only here).
-    pub upstream: bool,
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}://{}",
-            if self.plain_http { "http" } else { "https" },
-            self.host
-        )
-    }
-}
+use self::credentials::Auth;
+use self::http::{AuthHeader, FetchError, Tls};
+use self::manifest::{ACCEPTED_MANIFESTS, Descriptor};
+use self::reference::{DEFAULT_DOMAIN, ImageRef};
+use crate::config::{RegistryConfig, endpoint_host};
+use crate::image::digest::{Algorithm, Digest};
+use crate::image::{ImageSettings, PullError, local, lock};
 
 pub struct Registries {
     config: RegistryConfig,
@@ -187,7 +107,7 @@ impl Registries {
             .cloned()
             .unwrap_or_default();
         let ca_pem = match &host_cfg.ca_file {
-            Some(ca) => Some(std::fs::read(ca).map_err(super::local("reading CA file", ca))?),
+            Some(ca) => Some(std::fs::read(ca).map_err(local("reading CA file", ca))?),
             None => None,
         };
         Ok(Tls {
@@ -200,7 +120,7 @@ impl Registries {
     /// its token cache) and the plain client for `ep`.
     fn clients(&self, ep: &Endpoint, fresh: bool) -> Result<(Client, reqwest::Client), PullError> {
         let key = ep.to_string();
-        let cached = super::lock(&self.clients).get(&key).cloned();
+        let cached = lock(&self.clients).get(&key).cloned();
         if let Some((oci, http)) = &cached {
             if !fresh {
                 return Ok((oci.clone(), http.clone()));
@@ -237,7 +157,7 @@ impl Registries {
             None => http::client(&tls, self.timeout).map_err(|e| setup(e.to_string()))?,
         };
         if !fresh {
-            super::lock(&self.clients).insert(key, (oci.clone(), http.clone()));
+            lock(&self.clients).insert(key, (oci.clone(), http.clone()));
         }
         Ok((oci, http))
     }
@@ -251,15 +171,7 @@ impl Registries {
     ) -> Result<Session, PullError> {
         let (auth, credentials_from) = self.auth_for(ep, image, creds)?;
         let (client, http) = self.clients(ep, !matches!(auth, Auth::Anonymous))?;
-        let mut reference = oci_client::Reference::with_tag(
-            image.domain.clone(),
-            image.path.clone(),
-            "latest".into(),
-        );
-        if !ep.upstream {
-            // Requests then go to the mirror with `?ns=<upstream>`, as containerd sends them.
-            reference.set_mirror_registry(ep.host.clone());
-        }
+        let reference = image.to_oci((!ep.upstream).then_some(ep.host.as_str()));
         let session = Session {
             client,
             http,
@@ -297,18 +209,6 @@ impl Registries {
     }
 }
 
-impl From<&RegistryCredentials> for Credentials {
-    fn from(c: &RegistryCredentials) -> Credentials {
-        Credentials {
-            username: c.username.clone(),
-            password: c.password.clone(),
-            auth: c.auth.clone(),
-            identity_token: c.identity_token.clone(),
-            ..Credentials::default()
-        }
-    }
-}
-
 /// A client bound to one repository on one endpoint.
 pub struct Session {
     client: Client,
@@ -339,12 +239,8 @@ impl Session {
             Auth::Bearer(t) => RegistryAuth::Bearer(t),
             Auth::Identity(t) => {
                 let what = format!("exchanging the identity token at {}", self.registry);
-                let exchange = super::token::exchange(
-                    &self.http,
-                    &self.endpoint,
-                    self.reference.repository(),
-                    &t,
-                );
+                let exchange =
+                    token::exchange(&self.http, &self.endpoint, self.reference.repository(), &t);
                 RegistryAuth::Bearer(self.within(&what, exchange).await??)
             }
         };

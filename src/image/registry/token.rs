@@ -3,10 +3,9 @@
 //! (`grant_type=refresh_token`) and the access token it returns is used as a bearer token.
 //! oci-client has no such flow, so this small part is done with reqwest directly.
 
-use super::PullError;
+use super::endpoint::Endpoint;
 use super::http::{FetchError, transport};
-use super::reference::DEFAULT_DOMAIN;
-use super::registry::Endpoint;
+use crate::image::PullError;
 
 /// A token response is a few kilobytes of JSON.
 const MAX_TOKEN_RESPONSE: usize = 1 << 20;
@@ -28,11 +27,7 @@ pub async fn exchange(
         registry: ep.to_string(),
         detail: "answered the identity-token exchange without a token".into(),
     };
-    let host = if ep.host == DEFAULT_DOMAIN {
-        "registry-1.docker.io"
-    } else {
-        ep.host.as_str()
-    };
+    let host = super::reference::api_host(&ep.host);
     let scheme = if ep.plain_http { "http" } else { "https" };
     let resp = client
         .get(format!("{scheme}://{host}/v2/"))

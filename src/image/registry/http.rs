@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use reqwest::StatusCode;
 
-use super::registry::Endpoint;
+use super::endpoint::Endpoint;
 
 /// The largest manifest or index accepted (what distribution registries accept on push).
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;

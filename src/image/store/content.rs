@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use super::digest::{Algorithm, Digest, Hasher};
+use crate::image::digest::{Algorithm, Digest, Hasher};
 
 #[derive(Debug, Clone)]
 pub struct StorePaths {
@@ -54,6 +54,17 @@ impl StorePaths {
     }
     pub fn layer_dir(&self, chain_id: &Digest) -> PathBuf {
         self.layers_dir().join(chain_id.hex())
+    }
+    /// The chain id a directory under `layers/` is named after: the hex alone, its algorithm
+    /// told by its length (64 for sha256, 128 for sha512). None for anything else.
+    pub fn layer_chain(name: &std::ffi::OsStr) -> Option<Digest> {
+        let hex = name.to_str()?;
+        let alg = match hex.len() {
+            64 => "sha256",
+            128 => "sha512",
+            _ => return None,
+        };
+        format!("{alg}:{hex}").parse().ok()
     }
     /// The directory given to overlayfs as a lowerdir.
     pub fn layer_fs(&self, chain_id: &Digest) -> PathBuf {
@@ -266,7 +277,7 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
     for e in fs::read_dir(paths.ingest_dir())? {
         let e = e?;
         if e.file_type()?.is_dir() {
-            super::unpack::remove_tree(&e.path())?; // an interrupted import's scratch directory
+            remove_tree(&e.path())?; // an interrupted import's scratch directory
         } else {
             fs::remove_file(e.path())?;
         }
@@ -275,11 +286,19 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
     for e in fs::read_dir(paths.layers_dir())? {
         let e = e?;
         if e.file_name().to_string_lossy().starts_with(".tmp-") {
-            super::unpack::remove_tree(&e.path())?;
+            remove_tree(&e.path())?;
             removed += 1;
         }
     }
     Ok(removed)
+}
+
+/// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 #[cfg(test)]

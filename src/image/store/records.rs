@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::digest::Digest;
-use super::manifest::ImageConfig;
+use crate::image::digest::Digest;
+use crate::image::registry::manifest::ImageConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ImageRecord {

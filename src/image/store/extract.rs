@@ -8,14 +8,23 @@
 //! the new file's own descriptor or with `AT_SYMLINK_NOFOLLOW`.
 //!
 //! Whiteouts: `.wh.NAME` becomes a 0:0 character device `NAME` and `.wh..wh..opq` sets
-//! `trusted.overlay.opaque=y` on its directory, as overlayfs expects. `trusted.overlay.*`
-//! xattrs carried by the tar itself are dropped: only whiteouts may make them.
+//! `trusted.overlay.opaque=y` on its directory, as overlayfs expects. A whiteout applies to
+//! the lower layers only: none is written for a name this layer made itself or that no lower
+//! layer shows (`lower.rs`). `trusted.*` xattrs carried by the tar itself are dropped, as
+//! containerd drops them: that namespace is overlayfs's, and only whiteouts may write to it.
+//!
+//! Read as containerd reads layers (Go's archive/tar): the layer root entry (`./`) is skipped,
+//! so `/` keeps the lower layers' (or the default 0755 root) metadata; a legacy regular-file
+//! entry (type `\0`) whose name ends in `/` is a directory; a directory listed twice keeps the
+//! last entry's metadata and mtime; a directory the tar leaves out but whose children it lists
+//! takes the lower layers' owner, mode and xattrs (`lower.rs`); GNU sparse files in PAX form
+//! are written as the real file (`sparse.rs`) or refused.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{
@@ -24,11 +33,19 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
-use super::unpack::UnpackError;
+use super::lower::{Lowers, Shown};
+use super::sparse::{Sparse, SparseFail, SparseRecords};
+use super::unpack_error::UnpackError;
 
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_MARKER: &str = ".wh..wh..opq";
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+
+/// Memory the directory mtimes kept until the end of a layer may take (paths plus overhead):
+/// about a million directories, far beyond real images, and bounded against hostile ones.
+const MAX_DIR_TIMES_BYTES: usize = 64 << 20;
+/// What one remembered directory costs beyond its path.
+const DIR_TIME_OVERHEAD: usize = 64;
 
 /// Ownership, permissions, time and xattrs of one entry, from its header and PAX records.
 struct Meta {
@@ -37,17 +54,22 @@ struct Meta {
     mode: u32,
     mtime: Timespec,
     xattrs: Vec<(String, Vec<u8>)>,
+    /// Set for a GNU sparse file in PAX form.
+    sparse: Option<Sparse>,
 }
 
 pub struct Extractor {
     root: OwnedFd,
+    lowers: Lowers,
     /// The last parent directory opened, by its cleaned path (tars are sorted, so consecutive
     /// entries usually share it). Dropped whenever anything is removed.
     parent_cache: Option<(PathBuf, OwnedFd)>,
-    /// Directory mtimes, set at the end (creating children changes them).
-    dir_times: Vec<(PathBuf, Timespec)>,
-    /// Paths this layer created, so a whiteout never hides the layer's own file.
-    created: HashSet<PathBuf>,
+    /// Directory mtimes, set at the end (creating children changes them); a directory listed
+    /// again gets the later entry's.
+    dir_times: HashMap<PathBuf, Timespec>,
+    /// What `dir_times` holds, in bytes, against `dir_times_limit`.
+    dir_times_bytes: usize,
+    dir_times_limit: usize,
     /// File data passes through this one buffer (under glibc's mmap threshold, allocated once
     /// per layer rather than once per file).
     buf: Vec<u8>,
@@ -98,29 +120,32 @@ pub fn clean_path(raw: &Path) -> Result<Vec<OsString>, UnpackError> {
 }
 
 impl Extractor {
-    pub fn new(root: OwnedFd) -> Extractor {
+    /// An extractor into the empty directory `root`, on top of `lowers`.
+    pub fn new(root: OwnedFd, lowers: Lowers) -> Extractor {
         Extractor {
             root,
+            lowers,
             parent_cache: None,
-            dir_times: Vec::new(),
-            created: HashSet::new(),
+            dir_times: HashMap::new(),
+            dir_times_bytes: 0,
+            dir_times_limit: MAX_DIR_TIMES_BYTES,
             buf: vec![0u8; 64 << 10],
         }
     }
 
     /// Applies one tar entry.
     pub fn entry<R: Read>(&mut self, mut e: tar::Entry<'_, R>) -> Result<(), UnpackError> {
-        let raw = e.path().map_err(corrupt)?.into_owned();
+        let header_path = e.path().map_err(corrupt)?.into_owned();
+        let mut meta = read_meta(&mut e, &header_path)?;
+        let raw = match meta.sparse.as_mut().and_then(|s| s.name.take()) {
+            Some(real) => PathBuf::from(OsString::from_vec(real)),
+            None => header_path,
+        };
         let comps = clean_path(&raw)?;
-        let meta = read_meta(&mut e)?;
-        let kind = e.header().entry_type();
+        let kind = entry_kind(&e);
         let Some((name, parent)) = comps.split_last() else {
-            // The layer root itself ("./"): only its metadata matters.
-            if kind.is_dir() {
-                let root = dup(&self.root, &raw)?;
-                apply_fd_meta(&root, &meta, &raw)?;
-                self.dir_times.push((PathBuf::new(), meta.mtime));
-            }
+            // The layer root itself (`./`): skipped, as containerd does, so a layer cannot make
+            // `/` private or hand it to a user.
             return Ok(());
         };
         let path: PathBuf = comps.iter().collect();
@@ -179,25 +204,26 @@ impl Extractor {
             }
             other => {
                 tracing::debug!(path = %path.display(), kind = ?other, "skipping tar entry of unsupported type");
-                return Ok(());
             }
         }
-        self.created.insert(path);
         Ok(())
     }
 
-    /// Sets directory mtimes, deepest last-created first. Call after the last entry.
+    /// The same extractor with a smaller bound on directory bookkeeping (tests).
+    #[cfg(test)]
+    pub fn with_dir_times_limit(mut self, bytes: usize) -> Extractor {
+        self.dir_times_limit = bytes;
+        self
+    }
+
+    /// Sets directory mtimes (each directory's last entry's). Call after the last entry.
     pub fn finish(mut self) -> Result<(), UnpackError> {
         self.parent_cache = None;
-        for (path, mtime) in self.dir_times.iter().rev() {
-            let fd = if path.as_os_str().is_empty() {
-                dup(&self.root, path)?
-            } else {
-                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                match rfs::openat2(&self.root, path, flags, Mode::empty(), in_root()) {
-                    Ok(fd) => fd,
-                    Err(_) => continue, // replaced by a later entry
-                }
+        for (path, mtime) in &self.dir_times {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = match rfs::openat2(&self.root, path, flags, Mode::empty(), in_root()) {
+                Ok(fd) => fd,
+                Err(_) => continue, // replaced by a later entry
             };
             let t = Timestamps {
                 last_access: *mtime,
@@ -220,11 +246,20 @@ impl Extractor {
                 path: raw.display().to_string(),
             });
         }
-        if self.created.contains(target) {
-            return Ok(()); // this layer's own file already hides whatever is below
-        }
+        // The parent is made as for any entry (containerd does too), even when no whiteout
+        // follows.
         let parent_fd = self.parent(parent, raw)?;
-        self.replace(&parent_fd, hidden, target)?;
+        match rfs::statat(&parent_fd, hidden, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => return Ok(()), // this layer's own entry already hides whatever is below
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(fs_err("stat", target)(e)),
+        }
+        let comps: Vec<OsString> = target.iter().map(OsStr::to_owned).collect();
+        match self.lowers.lookup(&comps) {
+            Ok(Shown::Nothing) => return Ok(()), // nothing below to hide
+            Ok(_) => {}
+            Err(e) => return Err(fs_err("looking in the lower layers for", target)(e)),
+        }
         rfs::mknodat(
             &parent_fd,
             hidden,
@@ -259,7 +294,17 @@ impl Extractor {
         let fd = rfs::openat(parent, name, flags, Mode::empty())
             .map_err(fs_err("opening directory", path))?;
         apply_fd_meta(&fd, meta, path)?;
-        self.dir_times.push((path.to_owned(), meta.mtime));
+        if self.dir_times.insert(path.to_owned(), meta.mtime).is_none() {
+            self.dir_times_bytes += path.as_os_str().len() + DIR_TIME_OVERHEAD;
+            if self.dir_times_bytes > self.dir_times_limit {
+                return Err(UnpackError::Limit {
+                    what: format!(
+                        "more directories than {} MiB of paths can list",
+                        self.dir_times_limit >> 20
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -283,6 +328,12 @@ impl Extractor {
         }
         .map_err(fs_err("creating file", path))?;
         let mut file = std::fs::File::from(fd);
+        if let Some(sparse) = &meta.sparse {
+            sparse
+                .write(&mut file, data, &mut self.buf)
+                .map_err(|e| sparse_error(e, path))?;
+            return apply_fd_meta(&file, meta, path);
+        }
         loop {
             let n = data.read(&mut self.buf).map_err(corrupt)?;
             if n == 0 {
@@ -348,11 +399,10 @@ impl Extractor {
                 rfs::unlinkat(parent, name, AtFlags::empty()).map_err(fs_err("removing", path))?
             }
         }
-        self.created.remove(path);
         Ok(())
     }
 
-    /// The directory at `comps` (created, with missing parents, as 0755 root-owned directories).
+    /// The directory at `comps` (created, with missing parents, as the lower layers show them).
     fn parent(&mut self, comps: &[OsString], raw: &Path) -> Result<OwnedFd, UnpackError> {
         let key: PathBuf = comps.iter().collect();
         if let Some((p, fd)) = &self.parent_cache {
@@ -381,7 +431,7 @@ impl Extractor {
         self.open_or_create_dir(comps, raw, 0)
     }
 
-    /// Opens the directory at `comps`, creating missing ones (0755, root-owned). A component
+    /// Opens the directory at `comps`, creating missing ones (see `copy_up`). A component
     /// that is a symlink to a missing directory is followed the way RESOLVE_IN_ROOT would
     /// (inside the root, `..` stopping at it) and its target created.
     fn open_or_create_dir(
@@ -422,13 +472,51 @@ impl Extractor {
                         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                     let fd = rfs::openat(&cur, name, flags, Mode::empty())
                         .map_err(fs_err("opening parent of", raw))?;
-                    rfs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(fs_err("chmod", raw))?;
+                    self.copy_up(&comps[..=i], &fd, raw)?;
                     cur = fd;
                 }
                 Err(e) => return Err(fs_err("opening parent of", raw)(e)),
             }
         }
         Ok(cur)
+    }
+}
+
+impl Extractor {
+    /// Gives a directory made for an entry's parent what the lower layers show at its path
+    /// (owner, mode, xattrs), or 0755 root-owned when they show no directory there.
+    fn copy_up(&self, comps: &[OsString], fd: &OwnedFd, raw: &Path) -> Result<(), UnpackError> {
+        let err = |e| fs_err("copying up the lower layers' parent of", raw)(e);
+        match self.lowers.lookup(comps).map_err(err)? {
+            Shown::Dir(src, st) => super::lower::copy_up(&src, &st, fd).map_err(err),
+            Shown::Nothing | Shown::Other => {
+                rfs::fchmod(fd, Mode::from_raw_mode(0o755)).map_err(fs_err("chmod", raw))
+            }
+        }
+    }
+}
+
+/// The entry's type as Go's archive/tar reads it: a legacy regular file (type `\0`) whose name
+/// ends in `/` is a directory.
+fn entry_kind<R: Read>(e: &tar::Entry<'_, R>) -> tar::EntryType {
+    let kind = e.header().entry_type();
+    if e.header().as_bytes()[156] == 0 && e.path_bytes().ends_with(b"/") {
+        return tar::EntryType::Directory;
+    }
+    kind
+}
+
+/// An unpack error for a sparse entry that cannot be written, naming the entry.
+fn sparse_error(e: SparseFail, path: &Path) -> UnpackError {
+    let path = path.display().to_string();
+    match e {
+        SparseFail::Unsupported(format) => UnpackError::UnsupportedEntry { path, format },
+        SparseFail::Corrupt(detail) => UnpackError::BadEntry { path, detail },
+        SparseFail::Write(source) => UnpackError::Fs {
+            op: "writing",
+            path,
+            source,
+        },
     }
 }
 
@@ -464,7 +552,7 @@ fn device<R: Read>(e: &tar::Entry<'_, R>) -> Result<rfs::Dev, UnpackError> {
     Ok(rfs::makedev(major, minor))
 }
 
-fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
+fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>, path: &Path) -> Result<Meta, UnpackError> {
     let h = e.header();
     // Empty numeric fields read as 0, as Go's archive/tar (and so docker and containerd) does.
     let mut meta = Meta {
@@ -476,7 +564,9 @@ fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
             tv_nsec: 0,
         },
         xattrs: Vec::new(),
+        sparse: None,
     };
+    let mut sparse = SparseRecords::default();
     if let Some(exts) = e.pax_extensions().map_err(corrupt)? {
         for ext in exts {
             let ext = ext.map_err(corrupt)?;
@@ -495,9 +585,10 @@ fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
                         meta.mtime = t;
                     }
                 }
+                k if sparse.record(k, value) => {}
                 k => {
                     if let Some(name) = k.strip_prefix("SCHILY.xattr.") {
-                        if !name.starts_with("trusted.overlay.") {
+                        if !name.starts_with("trusted.") {
                             meta.xattrs.push((name.to_owned(), value.to_vec()));
                         }
                     }
@@ -505,6 +596,7 @@ fn read_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, UnpackError> {
             }
         }
     }
+    meta.sparse = sparse.finish().map_err(|e| sparse_error(e, path))?;
     Ok(meta)
 }
 

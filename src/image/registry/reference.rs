@@ -1,14 +1,20 @@
 //! Image references: parsing and normalisation the way kubelet and containerd do it
 //! (`busybox` -> `docker.io/library/busybox:latest`), following the grammar of the distribution
 //! project's `reference` package: `[domain/]path[:tag][@digest]`.
+//!
+//! The one parser of references and the one place that knows Docker Hub's three names: the
+//! registry client's own reference type is built from an `ImageRef` (`to_oci`), never parsed
+//! again, so the two cannot disagree on the repository, the host or the mirror namespace.
 
 use std::fmt;
 
-use super::digest::Digest;
+use crate::image::digest::Digest;
 
 /// The registry a reference without a domain points at.
 pub const DEFAULT_DOMAIN: &str = "docker.io";
 const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
+/// Docker Hub's registry API host (containerd's resolver uses it too).
+const DOCKER_HUB_API: &str = "registry-1.docker.io";
 const OFFICIAL_REPO_PREFIX: &str = "library/";
 const DEFAULT_TAG: &str = "latest";
 const MAX_NAME_LEN: usize = 255;
@@ -105,6 +111,52 @@ impl ImageRef {
     pub fn digested(&self, digest: &Digest) -> String {
         format!("{}@{digest}", self.name())
     }
+}
+
+impl ImageRef {
+    /// This reference in oci-client's type, for the requests it makes. Sent to `mirror` when
+    /// given (the requests then carry `?ns=<domain>`, as containerd's do), else to the
+    /// registry's API host.
+    pub fn to_oci(&self, mirror: Option<&str>) -> oci_client::Reference {
+        let registry = match mirror {
+            Some(_) => self.domain.clone(),
+            None => api_host(&self.domain).to_owned(),
+        };
+        let tag = self.tag.clone().unwrap_or_else(|| DEFAULT_TAG.to_owned());
+        let mut r = match &self.digest {
+            Some(d) => oci_client::Reference::with_tag_and_digest(
+                registry,
+                self.path.clone(),
+                tag,
+                d.to_string(),
+            ),
+            None => oci_client::Reference::with_tag(registry, self.path.clone(), tag),
+        };
+        if let Some(m) = mirror {
+            r.set_mirror_registry(m.to_owned());
+        }
+        r
+    }
+}
+
+/// The host that serves the registry API for `domain`: Docker Hub's lives apart.
+pub fn api_host(domain: &str) -> &str {
+    if is_docker_hub(domain) {
+        DOCKER_HUB_API
+    } else {
+        domain
+    }
+}
+
+fn is_docker_hub(host: &str) -> bool {
+    [DEFAULT_DOMAIN, LEGACY_DEFAULT_DOMAIN, DOCKER_HUB_API]
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(host))
+}
+
+/// Whether two registry host names name the same registry (Docker Hub goes by three).
+pub fn same_registry(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b) || (is_docker_hub(a) && is_docker_hub(b))
 }
 
 impl fmt::Display for ImageRef {
@@ -288,5 +340,35 @@ mod tests {
         let e = ImageRef::parse(&long).unwrap_err();
         assert_eq!(e.reason, "tag longer than 128 characters");
         assert!(e.to_string().len() < 200, "{e}");
+    }
+
+    #[test]
+    fn the_registry_client_sees_the_same_reference() {
+        let d = format!("sha256:{}", "c".repeat(64));
+        for s in [
+            "busybox".to_owned(),
+            "library/busybox:1.36".to_owned(),
+            "docker.io/foo/bar:x".to_owned(),
+            "index.docker.io/foo/bar".to_owned(),
+            "quay.io/a/b/c:v1".to_owned(),
+            format!("127.0.0.1:5000/x/y@{d}"),
+            "localhost/x:1".to_owned(),
+        ] {
+            let ours = ImageRef::parse(&s).unwrap();
+            let theirs: oci_client::Reference = s.parse().unwrap();
+            assert!(same_registry(&ours.domain, theirs.registry()), "{s}");
+            assert_eq!(ours.path, theirs.repository(), "{s}");
+            let direct = ours.to_oci(None);
+            assert_eq!(direct.repository(), ours.path, "{s}");
+            assert_eq!(direct.resolve_registry(), api_host(&ours.domain), "{s}");
+            assert_eq!(direct.namespace(), None);
+            assert_eq!(direct.digest(), theirs.digest(), "{s}");
+            let mirrored = ours.to_oci(Some("127.0.0.1:5001"));
+            assert_eq!(mirrored.resolve_registry(), "127.0.0.1:5001");
+            assert_eq!(mirrored.namespace(), Some(ours.domain.as_str()), "{s}");
+        }
+        assert_eq!(api_host("docker.io"), "registry-1.docker.io");
+        assert!(same_registry("index.docker.io", "docker.io"));
+        assert!(!same_registry("quay.io", "docker.io"));
     }
 }

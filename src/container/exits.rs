@@ -1,0 +1,158 @@
+//! Exits, as the pod monitors push them. One task per pod with containers follows its
+//! monitor's event stream: the snapshot first (exits that happened while nobody listened, e.g.
+//! while the daemon restarted), then each exit as it happens. Each exit is committed to the
+//! container's record and wakes whoever waits for it (StopContainer). When the monitor is gone,
+//! the exits it recorded on disk are taken, and containers it took with it are ended.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::create::monitor_of;
+use super::{Containers, ExitInfo, Phase, now_nanos};
+use crate::monitor::{EXIT_FILE, Event};
+
+impl Containers {
+    /// Follows the events of pod `pod_id`'s monitor, unless a task does already.
+    pub(super) fn watch_pod(self: &Arc<Self>, pod_id: &str) {
+        let mut watchers = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        if watchers.get(pod_id).is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let (me, pod) = (Arc::downgrade(self), pod_id.to_owned());
+        watchers.insert(pod_id.to_owned(), tokio::spawn(follow(me, pod)));
+    }
+
+    /// Commits an exit the monitor reported (once: a repeated report changes nothing). The
+    /// exit of a container the monitor started whose start is not recorded yet waits for it.
+    fn apply_exit(&self, id: &str, exit: ExitInfo, started: bool) {
+        let Ok((_, entry)) = self.entry(id) else {
+            return;
+        };
+        let phase = entry.snapshot().phase;
+        if started && phase == Phase::Created {
+            *entry.pending_exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(exit);
+            return;
+        }
+        self.finish_exit(id, &entry, exit);
+    }
+
+    /// Applies the exit a start left waiting, if any.
+    pub(super) fn take_pending_exit(&self, id: &str, entry: &super::Entry) {
+        let pending = entry
+            .pending_exit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(exit) = pending {
+            self.finish_exit(id, entry, exit);
+        }
+    }
+
+    fn finish_exit(&self, id: &str, entry: &super::Entry, exit: ExitInfo) {
+        if entry.snapshot().phase == Phase::Exited {
+            return;
+        }
+        let (code, reason, oom) = (exit.code, exit.reason(), exit.oom_killed);
+        match entry.commit(&self.ctx, |r| {
+            r.phase = Phase::Exited;
+            r.exit = Some(exit);
+            r.pid = None;
+        }) {
+            Ok(record) => {
+                if oom {
+                    crate::metrics::oom_kill();
+                }
+                tracing::info!(container_id = %id, code, reason, "container exited");
+                self.publish(id, super::EventKind::Stopped, &record.pod_id);
+            }
+            Err(e) => {
+                tracing::error!(container_id = %id, error = %e, "recording a container's exit")
+            }
+        }
+    }
+
+    /// The pod's monitor is gone, and so is every process of the pod: each container not yet
+    /// exited ends with the exit its monitor recorded, or as killed when there is none (its
+    /// leftover processes are killed first).
+    pub(super) fn monitor_gone(&self, pod_id: &str) {
+        for id in self.of_pod(pod_id) {
+            let Ok(record) = self.get(&id) else { continue };
+            if matches!(record.phase, Phase::Exited | Phase::Creating) {
+                continue;
+            }
+            let recorded = self.ctx.container_dir(&id).join(EXIT_FILE);
+            let exit = crate::store::load::<ExitInfo>(&recorded).unwrap_or_else(|_| {
+                kill_leftovers(&self.ctx.cgroups, &record.cgroup);
+                ExitInfo {
+                    code: 128 + nix::sys::signal::Signal::SIGKILL as i32,
+                    signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
+                    finished_at: now_nanos(),
+                    oom_killed: false,
+                    message: "the pod's monitor exited and took the container's process with it"
+                        .into(),
+                }
+            });
+            if let Ok((_, entry)) = self.entry(&id) {
+                self.finish_exit(&id, &entry, exit);
+            }
+        }
+    }
+}
+
+async fn follow(me: Weak<Containers>, pod_id: String) {
+    loop {
+        let Some(c) = me.upgrade() else { return };
+        let Some(monitor) = c
+            .sandboxes
+            .get(&pod_id)
+            .ok()
+            .and_then(|p| monitor_of(&p).ok())
+        else {
+            c.monitor_gone(&pod_id);
+            return;
+        };
+        match monitor.subscribe(c.ctx.monitor_timeout).await {
+            Ok((snapshot, mut events)) => {
+                for state in snapshot {
+                    if let Some(exit) = state.exit {
+                        c.apply_exit(&state.id, exit, state.started_at.is_some());
+                    }
+                }
+                drop(c);
+                while let Some(event) = events.next().await {
+                    let Some(c) = me.upgrade() else { return };
+                    match event {
+                        Event::Exited { id, exit, started } => c.apply_exit(&id, exit, started),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(pod_id = %pod_id, error = %e, "subscribing to the pod's monitor")
+            }
+        }
+        let Some(c) = me.upgrade() else { return };
+        if !crate::monitor::is_alive(&monitor.identity) {
+            c.monitor_gone(&pod_id);
+            // Died rather than stopped: the pod is not ready any more.
+            let died = c
+                .sandboxes
+                .get(&pod_id)
+                .is_ok_and(|p| p.phase != crate::sandbox::Phase::Stopped);
+            if died {
+                c.publish(&pod_id, super::EventKind::Stopped, &pod_id);
+            }
+            return;
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn kill_leftovers(cgroups: &crate::sandbox::CgroupSettings, cgroup: &str) {
+    for pid in cgroups.pids(cgroup) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}

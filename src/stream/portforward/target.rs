@@ -1,0 +1,26 @@
+//! Which network a port-forward reaches: checked when the PortForward RPC is made, so a URL is
+//! only handed out for a ready pod with a network of its own (or the host's).
+
+use super::{PodNetwork, PortForwardRequest};
+use crate::sandbox::Sandboxes;
+use crate::stream::StreamError;
+
+/// The pod `id` (full id or unique prefix) as a port-forward target.
+pub fn pod_network(sandboxes: &Sandboxes, id: &str) -> Result<PortForwardRequest, StreamError> {
+    let record = sandboxes.get(id)?;
+    if !record.phase.is_ready() {
+        return Err(StreamError::PodNotReady(record.id.clone()));
+    }
+    let network = if record.spec.namespaces.host_network() {
+        PodNetwork::Host
+    } else {
+        match &record.pins.net {
+            Some(pin) => PodNetwork::Namespace(pin.clone()),
+            None => return Err(StreamError::NoNetwork(record.id.clone())),
+        }
+    };
+    Ok(PortForwardRequest {
+        pod_sandbox_id: record.id.clone(),
+        network,
+    })
+}

@@ -1,0 +1,616 @@
+//! A SPDY/3.1 connection over any byte stream (a TCP or TLS socket, or a WebSocket tunnel):
+//! one task reads and decodes frames and feeds `proto::Conn`; streams are handles that send
+//! through a shared writer and receive from their own inbox.
+//!
+//! Invariants:
+//! - frames are written under one writer lock, and any state change that decides a frame's
+//!   content or order (a new stream id, a header block, a send window) happens under that
+//!   same lock, so frames reach the wire in the order the state saw them;
+//! - a stream's inbox holds at most `Settings::inbox_bytes` (plus one frame); past that the
+//!   reader waits, which stops reading the socket: backpressure instead of unbounded buffers;
+//! - when the connection ends (EOF, error, protocol error, idle timeout, `close`), every
+//!   stream sees it: receives end with an error and sends fail;
+//! - a stream handle dropped before both sides ended it resets the stream (CANCEL).
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+
+use super::codec::{Decoder, Encoder};
+use super::frame::{Data, Frame, GoAwayStatus, Limits, RstStatus, StreamId};
+use super::headers::HeaderBlock;
+use super::proto::{Conn, Event, Role, SendError};
+use crate::stream::idle::Idle;
+
+/// The largest DATA frame this end writes (Go's `io.Copy` buffer size).
+const MAX_SEND_FRAME: usize = 32 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub limits: Limits,
+    /// Streams open at once on one connection.
+    pub max_streams: usize,
+    /// The connection ends after this long without a frame either way.
+    pub idle_timeout: Duration,
+    /// Received bytes a stream buffers before the connection stops reading.
+    pub inbox_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            limits: Limits::default(),
+            max_streams: 256,
+            idle_timeout: Duration::from_secs(4 * 3600),
+            inbox_bytes: 256 * 1024,
+        }
+    }
+}
+
+type BoxWrite = Pin<Box<dyn AsyncWrite + Send>>;
+
+struct Writer {
+    io: BoxWrite,
+    enc: Encoder,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    async fn write(&mut self, frames: &[Frame]) -> io::Result<()> {
+        self.buf.clear();
+        for f in frames {
+            self.enc
+                .encode(f, &mut self.buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
+        self.io.write_all(&self.buf).await?;
+        self.io.flush().await
+    }
+}
+
+enum Inbound {
+    Data(Bytes, u32),
+    Fin,
+    Reset(RstStatus),
+}
+
+struct Inbox {
+    tx: mpsc::UnboundedSender<Inbound>,
+    credit: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct Tables {
+    inboxes: HashMap<StreamId, Inbox>,
+    replies: HashMap<StreamId, oneshot::Sender<()>>,
+}
+
+struct State {
+    proto: Conn,
+    tables: Tables,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    writer: tokio::sync::Mutex<Writer>,
+    /// Send windows opened, or the connection ended.
+    window: Notify,
+    closed: AtomicBool,
+    closed_notify: Notify,
+    /// Touched by every frame either way.
+    idle: Idle,
+    settings: Settings,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touch(&self) {
+        self.idle.touch();
+    }
+
+    fn check_open(&self) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "SPDY connection closed",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn write(&self, frames: &[Frame]) -> io::Result<()> {
+        self.check_open()?;
+        let r = self.writer.lock().await.write(frames).await;
+        self.touch();
+        r
+    }
+
+    /// Decides a frame from the state and writes it, both under the writer lock.
+    async fn act(&self, f: impl FnOnce(&mut State) -> Result<Frame, SendError>) -> io::Result<()> {
+        self.check_open()?;
+        let mut w = self.writer.lock().await;
+        let frame = f(&mut self.state()).map_err(send_error)?;
+        let r = w.write(std::slice::from_ref(&frame)).await;
+        self.touch();
+        r
+    }
+
+    fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+        let tables = std::mem::take(&mut self.state().tables);
+        for inbox in tables.inboxes.values() {
+            inbox.credit.close();
+        }
+        drop(tables);
+        self.window.notify_waiters();
+        self.closed_notify.notify_waiters();
+    }
+}
+
+fn send_error(e: SendError) -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, e)
+}
+
+/// This end of a connection: opens streams (clients) and ends the connection.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+/// Streams the peer opens, in order; None once the connection has ended.
+pub struct Incoming {
+    rx: mpsc::Receiver<Stream>,
+}
+
+impl Incoming {
+    pub async fn next(&mut self) -> Option<Stream> {
+        self.rx.recv().await
+    }
+}
+
+/// Starts a connection over `io`; the returned task reads until the connection ends.
+pub fn start<T>(
+    io: T,
+    role: Role,
+    settings: Settings,
+) -> (Connection, Incoming, tokio::task::JoinHandle<()>)
+where
+    T: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (rd, wr) = tokio::io::split(io);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            proto: Conn::new(role, settings.max_streams),
+            tables: Tables::default(),
+        }),
+        writer: tokio::sync::Mutex::new(Writer {
+            io: Box::pin(wr),
+            enc: Encoder::new(),
+            buf: Vec::new(),
+        }),
+        window: Notify::new(),
+        closed: AtomicBool::new(false),
+        closed_notify: Notify::new(),
+        idle: Idle::new(settings.idle_timeout),
+        settings,
+    });
+    let (tx, rx) = mpsc::channel(16);
+    let reader = Reader {
+        shared: shared.clone(),
+        incoming: tx,
+        dec: Decoder::new(settings.limits),
+    };
+    let task = tokio::spawn(reader.run(Box::pin(rd)));
+    (Connection { shared }, Incoming { rx }, task)
+}
+
+impl Connection {
+    /// Opens a stream and waits for the peer's SYN_REPLY.
+    pub async fn open(&self, headers: HeaderBlock) -> io::Result<Stream> {
+        let (tx, rx) = oneshot::channel();
+        let mut opened = None;
+        self.shared
+            .act(|st| {
+                let frame = st.proto.open(headers.clone(), false)?;
+                if let Frame::SynStream(s) = &frame {
+                    st.tables.replies.insert(s.stream_id, tx);
+                    opened = Some((
+                        s.stream_id,
+                        register(&mut st.tables, s.stream_id, &self.shared),
+                    ));
+                }
+                Ok(frame)
+            })
+            .await?;
+        let (id, (inbox, credit)) = opened.ok_or_else(|| io::Error::other("no stream opened"))?;
+        let stream = Stream::new(id, headers, self.shared.clone(), inbox, credit);
+        rx.await.map_err(|_| {
+            io::Error::new(io::ErrorKind::ConnectionReset, "stream refused or reset")
+        })?;
+        Ok(stream)
+    }
+
+    /// Sends GOAWAY and ends the connection.
+    pub async fn close(&self) {
+        let frame = self.shared.state().proto.go_away(GoAwayStatus::Ok);
+        let _ = self.shared.write(&[frame]).await;
+        let _ = self.shared.writer.lock().await.io.shutdown().await;
+        self.shared.mark_closed();
+    }
+
+    /// Resolves once the connection has ended.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.shared.closed_notify.notified();
+            if self.shared.closed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+}
+
+fn register(
+    tables: &mut Tables,
+    id: StreamId,
+    shared: &Shared,
+) -> (mpsc::UnboundedReceiver<Inbound>, Arc<Semaphore>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let credit = Arc::new(Semaphore::new(shared.settings.inbox_bytes));
+    tables.inboxes.insert(
+        id,
+        Inbox {
+            tx,
+            credit: credit.clone(),
+        },
+    );
+    (rx, credit)
+}
+
+struct Reader {
+    shared: Arc<Shared>,
+    incoming: mpsc::Sender<Stream>,
+    dec: Decoder,
+}
+
+impl Reader {
+    async fn run(mut self, mut rd: Pin<Box<dyn AsyncRead + Send>>) {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        self.shared.touch();
+        let why = loop {
+            match self.drain(&mut buf).await {
+                Ok(()) => {}
+                Err(e) => break e,
+            }
+            if buf.capacity() - buf.len() < 16 * 1024 {
+                buf.reserve(64 * 1024);
+            }
+            tokio::select! {
+                n = rd.read_buf(&mut buf) => match n {
+                    Ok(0) => break "peer closed the connection".to_owned(),
+                    Ok(_) => self.shared.touch(),
+                    Err(e) => break format!("reading: {e}"),
+                },
+                () = self.shared.idle.expired() => {
+                    let frame = self.shared.state().proto.go_away(GoAwayStatus::Ok);
+                    let _ = self.shared.write(&[frame]).await;
+                    break "idle timeout".to_owned();
+                }
+                () = self.shared.closed_notify.notified() => break "closed".to_owned(),
+            }
+        };
+        tracing::debug!(reason = %why, "SPDY connection ended");
+        self.shared.mark_closed();
+        let _ = self.shared.writer.lock().await.io.shutdown().await;
+    }
+
+    /// Handles every whole frame in `buf`.
+    async fn drain(&mut self, buf: &mut BytesMut) -> Result<(), String> {
+        loop {
+            let frame = match self.dec.decode(buf) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.fail(e.to_string()).await),
+            };
+            let outcome = self.shared.state().proto.recv(frame);
+            let outcome = match outcome {
+                Ok(o) => o,
+                Err(e) => return Err(self.fail(e.to_string()).await),
+            };
+            if !outcome.replies.is_empty() {
+                self.shared
+                    .write(&outcome.replies)
+                    .await
+                    .map_err(|e| format!("writing: {e}"))?;
+            }
+            self.dispatch(outcome.event).await;
+        }
+    }
+
+    /// Ends the connection on a protocol error: GOAWAY PROTOCOL_ERROR, then close.
+    async fn fail(&self, why: String) -> String {
+        let frame = self
+            .shared
+            .state()
+            .proto
+            .go_away(GoAwayStatus::ProtocolError);
+        let _ = self.shared.write(&[frame]).await;
+        why
+    }
+
+    async fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::Opened {
+                stream_id,
+                headers,
+                fin,
+            } => self.opened(stream_id, headers, fin).await,
+            Event::Replied { stream_id, fin } => {
+                let mut st = self.shared.state();
+                if let Some(tx) = st.tables.replies.remove(&stream_id) {
+                    let _ = tx.send(());
+                }
+                if fin {
+                    deliver_now(&st.tables, stream_id, Inbound::Fin);
+                }
+            }
+            Event::Data {
+                stream_id,
+                payload,
+                fin,
+            } => {
+                self.deliver(stream_id, payload).await;
+                if fin {
+                    deliver_now(&self.shared.state().tables, stream_id, Inbound::Fin);
+                }
+            }
+            Event::Finished { stream_id } => {
+                deliver_now(&self.shared.state().tables, stream_id, Inbound::Fin);
+            }
+            Event::Reset { stream_id, status } => {
+                let mut st = self.shared.state();
+                st.tables.replies.remove(&stream_id);
+                if let Some(inbox) = st.tables.inboxes.remove(&stream_id) {
+                    let _ = inbox.tx.send(Inbound::Reset(status));
+                    inbox.credit.close();
+                }
+            }
+            Event::WindowOpened => self.shared.window.notify_waiters(),
+            Event::None | Event::Pong { .. } | Event::GoAway { .. } => {}
+        }
+    }
+
+    async fn opened(&mut self, id: StreamId, headers: HeaderBlock, fin: bool) {
+        let (inbox, credit) = register(&mut self.shared.state().tables, id, &self.shared);
+        let stream = Stream::new(id, headers, self.shared.clone(), inbox, credit);
+        if fin {
+            deliver_now(&self.shared.state().tables, id, Inbound::Fin);
+        }
+        // Nobody takes new streams any more: the stream is dropped, which resets it.
+        let _ = self.incoming.send(stream).await;
+    }
+
+    /// Hands `payload` to its stream, waiting while the stream's inbox is full.
+    async fn deliver(&self, id: StreamId, payload: Bytes) {
+        let (tx, credit) = {
+            let st = self.shared.state();
+            match st.tables.inboxes.get(&id) {
+                Some(i) => (i.tx.clone(), i.credit.clone()),
+                None => return,
+            }
+        };
+        let want = payload.len().clamp(1, self.shared.settings.inbox_bytes) as u32;
+        let Ok(permits) = credit.acquire_many_owned(want).await else {
+            return; // the stream's reader is gone
+        };
+        permits.forget();
+        let _ = tx.send(Inbound::Data(payload, want));
+    }
+}
+
+fn deliver_now(tables: &Tables, id: StreamId, msg: Inbound) {
+    if let Some(i) = tables.inboxes.get(&id) {
+        let _ = i.tx.send(msg);
+    }
+}
+
+/// Resets the stream when the last handle to it goes, unless both sides ended it.
+struct Guard {
+    id: StreamId,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let frame = {
+            let mut st = self.shared.state();
+            st.tables.inboxes.remove(&self.id);
+            st.tables.replies.remove(&self.id);
+            st.proto.reset(self.id, RstStatus::Cancel)
+        };
+        if frame.is_some() {
+            tracing::debug!(stream = self.id, "stream dropped while open: resetting it");
+        }
+        if let (Some(frame), Ok(rt)) = (frame, tokio::runtime::Handle::try_current()) {
+            let shared = self.shared.clone();
+            rt.spawn(async move {
+                let _ = shared.write(&[frame]).await;
+            });
+        }
+    }
+}
+
+/// One stream: its headers, and halves to receive and send on it.
+pub struct Stream {
+    headers: HeaderBlock,
+    pub recv: RecvHalf,
+    pub send: SendHalf,
+}
+
+impl Stream {
+    fn new(
+        id: StreamId,
+        headers: HeaderBlock,
+        shared: Arc<Shared>,
+        inbox: mpsc::UnboundedReceiver<Inbound>,
+        credit: Arc<Semaphore>,
+    ) -> Stream {
+        let guard = Arc::new(Guard {
+            id,
+            shared: shared.clone(),
+        });
+        Stream {
+            headers,
+            recv: RecvHalf {
+                inbox,
+                credit,
+                _guard: guard.clone(),
+            },
+            send: SendHalf {
+                id,
+                shared,
+                _guard: guard,
+            },
+        }
+    }
+
+    pub fn id(&self) -> StreamId {
+        self.send.id
+    }
+
+    pub fn headers(&self) -> &HeaderBlock {
+        &self.headers
+    }
+
+    /// Accepts a stream the peer opened (SYN_REPLY).
+    pub async fn reply(&self) -> io::Result<()> {
+        let id = self.send.id;
+        self.send
+            .shared
+            .act(|st| st.proto.reply(id, HeaderBlock::new()))
+            .await
+    }
+
+    pub fn into_split(self) -> (RecvHalf, SendHalf) {
+        (self.recv, self.send)
+    }
+}
+
+pub struct RecvHalf {
+    inbox: mpsc::UnboundedReceiver<Inbound>,
+    credit: Arc<Semaphore>,
+    _guard: Arc<Guard>,
+}
+
+impl RecvHalf {
+    /// The next bytes from the peer; None once it ended its side. An error when the stream
+    /// was reset or the connection ended.
+    pub async fn recv(&mut self) -> io::Result<Option<Bytes>> {
+        match self.inbox.recv().await {
+            Some(Inbound::Data(b, permits)) => {
+                self.credit.add_permits(permits as usize);
+                Ok(Some(b))
+            }
+            Some(Inbound::Fin) => Ok(None),
+            Some(Inbound::Reset(status)) => Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("stream reset by peer ({status:?})"),
+            )),
+            None => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "SPDY connection closed",
+            )),
+        }
+    }
+}
+
+impl Drop for RecvHalf {
+    fn drop(&mut self) {
+        // Whatever arrives from now on has no reader: the connection must not wait for one.
+        self.credit.close();
+    }
+}
+
+pub struct SendHalf {
+    id: StreamId,
+    shared: Arc<Shared>,
+    _guard: Arc<Guard>,
+}
+
+impl SendHalf {
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Sends `data`, in frames of at most 32 KiB, each as the send windows allow.
+    pub async fn send(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let want = data.len().min(MAX_SEND_FRAME);
+            let n = self.send_some(&data[..want]).await?;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    async fn send_some(&self, data: &[u8]) -> io::Result<usize> {
+        loop {
+            let opened = self.shared.window.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            self.shared.check_open()?;
+            let mut w = self.shared.writer.lock().await;
+            let n = self
+                .shared
+                .state()
+                .proto
+                .take_send_window(self.id, data.len())
+                .map_err(send_error)?;
+            if n > 0 {
+                let frame = Frame::Data(Data {
+                    stream_id: self.id,
+                    fin: false,
+                    payload: Bytes::copy_from_slice(&data[..n]),
+                });
+                w.write(std::slice::from_ref(&frame)).await?;
+                self.shared.touch();
+                return Ok(n);
+            }
+            drop(w);
+            opened.await;
+        }
+    }
+
+    /// Ends this side of the stream (FIN); the peer may go on sending.
+    pub async fn close(&self) -> io::Result<()> {
+        let id = self.id;
+        self.shared.act(|st| st.proto.close(id)).await
+    }
+
+    /// Resets the stream.
+    pub async fn reset(&self, status: RstStatus) -> io::Result<()> {
+        let frame = {
+            let mut st = self.shared.state();
+            st.tables.inboxes.remove(&self.id);
+            st.proto.reset(self.id, status)
+        };
+        match frame {
+            Some(f) => self.shared.write(&[f]).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! HEADERS: more headers for an open stream. Payload: stream id (31 bits), then the
+//! compressed header block. Flags: FIN.
+
+use super::{
+    FLAG_FIN, FrameError, KIND_HEADERS, Limits, StreamId, min_len, put_control_head, stream_id,
+};
+use crate::stream::spdy::headers::{HeaderBlock, HeaderDecoder, HeaderEncoder};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headers {
+    pub stream_id: StreamId,
+    pub fin: bool,
+    pub headers: HeaderBlock,
+}
+
+impl Headers {
+    pub fn decode(
+        flags: u8,
+        payload: &[u8],
+        dec: &mut HeaderDecoder,
+        limits: &Limits,
+    ) -> Result<Headers, FrameError> {
+        min_len("HEADERS", payload, 4)?;
+        let headers = dec.decode(&payload[4..], limits)?;
+        let id = stream_id(payload, 0);
+        if id == 0 {
+            return Err(FrameError::ZeroStreamId("HEADERS"));
+        }
+        Ok(Headers {
+            stream_id: id,
+            fin: flags & FLAG_FIN != 0,
+            headers,
+        })
+    }
+
+    pub fn encode(&self, enc: &mut HeaderEncoder, dst: &mut Vec<u8>) -> Result<(), FrameError> {
+        let mut block = Vec::new();
+        enc.encode(&self.headers, &mut block)?;
+        let flags = if self.fin { FLAG_FIN } else { 0 };
+        put_control_head(KIND_HEADERS, flags, 4 + block.len(), dst);
+        dst.extend_from_slice(&(self.stream_id & 0x7fff_ffff).to_be_bytes());
+        dst.extend_from_slice(&block);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let mut h = HeaderBlock::new();
+        h.insert("x", "y");
+        let f = Headers {
+            stream_id: 1,
+            fin: true,
+            headers: h,
+        };
+        let mut wire = Vec::new();
+        f.encode(&mut HeaderEncoder::new(), &mut wire).unwrap();
+        let (mut dec, l) = (HeaderDecoder::new(), Limits::default());
+        assert_eq!(
+            Headers::decode(wire[4], &wire[8..], &mut dec, &l).unwrap(),
+            f
+        );
+        assert!(Headers::decode(0, &[0], &mut dec, &l).is_err());
+    }
+}
