@@ -243,14 +243,14 @@ async fn list_container_stats_filters_and_states() {
             .map(|(k, v)| [(k.to_owned(), v.to_owned())].into())
             .unwrap_or_default(),
     };
-    assert_eq!(list(&mut e, f(&one, "", None)).await, [one.clone()]);
-    assert_eq!(list(&mut e, f(&two[..12], "", None)).await, [two.clone()]);
+    assert_eq!(list(&mut e, f(&one, "", None)).await, [one.as_str()]);
+    assert_eq!(list(&mut e, f(&two[..12], "", None)).await, [two.as_str()]);
     let mut in_b = vec![two.clone(), created.clone()];
     in_b.sort();
     assert_eq!(list(&mut e, f("", &b.0, None)).await, in_b);
     assert_eq!(
         list(&mut e, f("", "", Some(("tier", "web")))).await,
-        [one.clone()]
+        [one.as_str()]
     );
     assert!(
         list(&mut e, f("", "", Some(("tier", "db"))))
