@@ -63,6 +63,11 @@ pub struct StatsState {
     device: Mutex<Option<String>>,
 }
 
+/// Containers one thread measures before a listing is split across threads, and the most
+/// threads it is split across.
+const PER_THREAD: usize = 25;
+const MAX_THREADS: usize = 4;
+
 /// How long a walk's result is kept, per unit of time the walk took.
 const LAYER_REUSE_FACTOR: u32 = 100;
 const LAYER_REUSE_MIN: Duration = Duration::from_secs(1);
@@ -92,11 +97,38 @@ impl Containers {
         if filter.id.is_none() && filter.pod_id.is_none() && filter.labels.is_empty() {
             self.forget_removed(&records);
         }
-        records
-            .into_iter()
-            .filter(|r| has_stats(r))
-            .filter_map(|r| self.measure(r, Detail::Stats).ok())
-            .collect()
+        let records: Vec<_> = records.into_iter().filter(|r| has_stats(r)).collect();
+        self.measure_all(&records, Detail::Stats)
+    }
+
+    /// Measures `records`, split across a few threads when there are many: the reads are
+    /// system calls, and a node has cores for kubelet's housekeeping. One that exits meanwhile
+    /// is left out.
+    fn measure_all(&self, records: &[Arc<ContainerRecord>], detail: Detail) -> Vec<ContainerStats> {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_THREADS)
+            .min(records.len().div_ceil(PER_THREAD));
+        let measure = |chunk: &[Arc<ContainerRecord>]| -> Vec<ContainerStats> {
+            chunk
+                .iter()
+                .filter_map(|r| self.measure(r.clone(), detail).ok())
+                .collect()
+        };
+        if threads <= 1 {
+            return measure(records);
+        }
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = records
+                .chunks(records.len().div_ceil(threads))
+                .map(|chunk| scope.spawn(move || measure(chunk)))
+                .collect();
+            // A panicking reader is a bug; its containers are left out rather than the daemon.
+            parts
+                .into_iter()
+                .flat_map(|p| p.join().unwrap_or_default())
+                .collect()
+        })
     }
 
     /// PodSandboxStats: the pod's statistics and its containers'.

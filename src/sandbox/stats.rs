@@ -53,6 +53,9 @@ impl Sandboxes {
                 error: format!("cgroup {}: {e}", record.cgroup),
             }
         })?;
+        if detail == Detail::Stats {
+            cgroup.processes = crate::stats::tasks(&dirs);
+        }
         self.cpu_rates.rate(&record.id, &mut cgroup);
         let interfaces = match &record.network {
             Some(net) => {

@@ -16,7 +16,7 @@ mod process;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-pub use cgroup::{CgroupDirs, Detail, read as read_cgroup};
+pub use cgroup::{CgroupDirs, Detail, read as read_cgroup, tasks};
 pub use disk::{Filesystem, block_device_name, disk_usage, filesystem};
 pub use process::{OpenFiles, open_files, open_files_limit};
 
@@ -32,7 +32,7 @@ pub struct CgroupSample {
     pub memory: Memory,
     /// None without swap accounting.
     pub swap: Option<Swap>,
-    /// Tasks (threads) in the cgroup, `pids.current`.
+    /// Tasks (threads) in the cgroup, `pids.current`: read for pods and metrics only.
     pub processes: u64,
     /// Pressure stall information (cgroup v2 with PSI only).
     pub pressure: Option<Pressure>,
