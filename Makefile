@@ -45,12 +45,14 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
 ## Latency and memory benchmarks against crust and containerd (2.x built from its Go module;
-## Debian's 1.6 if that build fails): pod sandboxes, then images.
+## Debian's 1.6 if that build fails): pod sandboxes, then images; then the statistics budget
+## (crust alone).
 bench:
 	hack/install-deps.sh bench
 	$(CARGO) build --release --bins
 	hack/bench.sh
 	hack/bench-images.sh
+	hack/bench-stats.sh
 
 ## Image pull/list/status benchmark against crust and containerd.
 bench-images:

@@ -62,6 +62,15 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
     pub stream: StreamConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// crust's own Prometheus metrics.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` to serve them on (`GET /metrics`), e.g. `127.0.0.1:9100`; unset: not served.
+    pub address: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -226,6 +235,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
             stream: StreamConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -621,6 +631,15 @@ mod tests {
             assert!(e.contains(why), "{bad}: {e}");
         }
         assert!(Config::parse("[stream]\nbogus = 1").is_err());
+    }
+
+    #[test]
+    fn metrics_endpoint_is_off_unless_an_address_is_given() {
+        assert_eq!(Config::default().metrics.address, None);
+        let c = Config::parse("[metrics]\naddress = \"127.0.0.1:9100\"").unwrap();
+        assert_eq!(c.metrics.address, Some("127.0.0.1:9100".parse().unwrap()));
+        let e = Config::parse("[metrics]\naddress = \"localhost\"").unwrap_err();
+        assert!(e.to_string().contains("address"), "{e}");
     }
 
     #[test]

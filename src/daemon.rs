@@ -82,6 +82,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         rolled_back = summary.rolled_back,
         "recovered pod sandboxes"
     );
+    crate::metrics::monitors_adopted(summary.ready as u64);
     let subnets = config.network.masquerade_subnets.clone();
     tokio::spawn(async move {
         for problem in crate::network::masquerade::ensure(&subnets).await {
@@ -99,6 +100,9 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         crate::stream::StreamServer::bind(settings, Some(Arc::new(backend))).await?;
     tracing::info!(url = %streams.base_url(), "stream server listening");
     tokio::spawn(stream_server.serve());
+    if let Some(addr) = config.metrics.address {
+        serve_metrics(addr, &sandboxes, &containers).await?;
+    }
     let runtime = RuntimeServer {
         cni: sandboxes.context().cni.clone(),
         containers,
@@ -161,6 +165,45 @@ async fn start_containers(
         "recovered containers"
     );
     Ok(containers)
+}
+
+/// Starts crust's own metrics endpoint on `addr`.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    sandboxes: &Arc<Sandboxes>,
+    containers: &Arc<Containers>,
+) -> Result<(), DaemonError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(io(
+        "binding the metrics endpoint",
+        Path::new(&addr.to_string()),
+    ))?;
+    let (s, c, e) = (sandboxes.clone(), containers.clone(), containers.clone());
+    let state = crate::metrics::StateSource {
+        pods: Box::new(move || {
+            let all = s.list(&Default::default());
+            let ready = all.iter().filter(|v| v.ready).count() as u64;
+            vec![("ready", ready), ("notready", all.len() as u64 - ready)]
+        }),
+        containers: Box::new(move || {
+            let mut counts = vec![("created", 0), ("running", 0), ("exited", 0)];
+            for r in c.list(&Default::default()) {
+                if let Some(n) = counts.iter_mut().find(|(s, _)| *s == r.state_name()) {
+                    n.1 += 1;
+                }
+            }
+            counts
+        }),
+        events: Box::new(move || {
+            let (now, dropped) = e.event_subscribers();
+            (now as u64, dropped)
+        }),
+    };
+    tokio::spawn(crate::metrics::serve(
+        listener,
+        crate::metrics::registry(state),
+    ));
+    tracing::info!(%addr, "serving metrics on /metrics");
+    Ok(())
 }
 
 fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {

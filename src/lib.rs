@@ -8,6 +8,7 @@ pub mod cri;
 pub mod daemon;
 pub mod events;
 pub mod image;
+pub mod metrics;
 pub mod monitor;
 pub mod network;
 pub mod oci;

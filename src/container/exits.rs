@@ -52,13 +52,16 @@ impl Containers {
         if entry.snapshot().phase == Phase::Exited {
             return;
         }
-        let (code, reason) = (exit.code, exit.reason());
+        let (code, reason, oom) = (exit.code, exit.reason(), exit.oom_killed);
         match entry.commit(&self.ctx, |r| {
             r.phase = Phase::Exited;
             r.exit = Some(exit);
             r.pid = None;
         }) {
             Ok(record) => {
+                if oom {
+                    crate::metrics::oom_kill();
+                }
                 tracing::info!(container_id = %id, code, reason, "container exited");
                 self.publish(id, super::EventKind::Stopped, &record.pod_id);
             }

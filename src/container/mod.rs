@@ -31,6 +31,7 @@ mod remove;
 mod reopen_log;
 mod rootfs;
 mod start;
+mod stats;
 mod status;
 mod stop;
 mod teardown;
@@ -45,6 +46,7 @@ use std::time::Duration;
 pub use events::{ContainerEvent, EventKind};
 pub use model::*;
 pub use recover::RecoverySummary;
+pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
 
 use crate::image::Images;
@@ -270,6 +272,8 @@ pub struct Containers {
     watchers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// Lifecycle events for GetContainerEvents.
     events: crate::events::Hub<ContainerEvent>,
+    /// What statistics remember between calls (CPU readings, writable layer usage).
+    stats: stats::StatsState,
 }
 
 impl Containers {
@@ -285,6 +289,7 @@ impl Containers {
             table: Mutex::new(Table::default()),
             watchers: Mutex::new(HashMap::new()),
             events: crate::events::Hub::default(),
+            stats: Default::default(),
         })
     }
 

@@ -156,14 +156,17 @@ impl ImageService for ImageServer {
             let pulled = tokio::spawn(
                 async move {
                     let _slot = slot;
-                    images.pull(&image, &creds).await
+                    let started = std::time::Instant::now();
+                    let pulled = images.pull(&image, &creds).await.map_err(Status::from);
+                    let failure = pulled.as_ref().err().map(|s| s.code() as i32);
+                    crate::metrics::image_pull_finished(started.elapsed(), failure);
+                    pulled
                 }
                 .in_current_span(),
             );
             let record = pulled
                 .await
                 .map_err(super::status::task_failed)?
-                .map_err(Status::from)
                 .inspect_err(log_err)?;
             Ok(Response::new(pb::PullImageResponse {
                 image_ref: record.id.to_string(),

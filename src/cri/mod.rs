@@ -8,6 +8,7 @@ mod container_rpc;
 mod convert;
 mod deadline;
 pub mod image;
+mod rpc_metrics;
 pub mod runtime;
 mod stats;
 pub mod status;
@@ -45,6 +46,8 @@ pub async fn serve(
             let rpc = req.uri().path().rsplit('/').next().unwrap_or_default();
             tracing::debug_span!("rpc", name = %rpc)
         })
+        // Outermost, so the deadline layer's own answers are counted too.
+        .layer(rpc_metrics::RpcMetricsLayer)
         .layer(deadline::DeadlineLayer)
         .add_service(pb::runtime_service_server::RuntimeServiceServer::new(
             runtime,

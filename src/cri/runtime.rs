@@ -1,5 +1,6 @@
 //! RuntimeService: version, status and runtime config here; pod sandbox RPCs delegate to
-//! `sandbox::Sandboxes`. RPCs not built yet answer `Unimplemented` with a sentence saying so.
+//! `sandbox::Sandboxes`, container RPCs to `container_rpc.rs`, statistics and metrics to
+//! `stats.rs`. RPCs not built yet answer `Unimplemented` with a sentence saying so.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -30,26 +31,6 @@ pub struct RuntimeServer {
 }
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-impl RuntimeServer {
-    /// Stats of the ready pods `filter` selects, read off the async threads (a cgroup's
-    /// statistics are a dozen file reads per pod).
-    async fn pod_stats(
-        &self,
-        filter: Option<pb::PodSandboxStatsFilter>,
-    ) -> Result<Vec<pb::PodSandboxStats>, Status> {
-        let filter = stats::stats_filter(filter);
-        let sandboxes = self.sandboxes.clone();
-        super::blocking(move || {
-            Ok(sandboxes
-                .list_stats(&filter)
-                .iter()
-                .map(stats::pod_stats)
-                .collect())
-        })
-        .await
-    }
-}
 
 /// Kubelet's limit on ListPodSandbox responses is the gRPC message size; streams send pods in
 /// batches this size.
@@ -398,41 +379,38 @@ impl RuntimeService for RuntimeServer {
 
     async fn container_stats(
         &self,
-        _: Request<pb::ContainerStatsRequest>,
+        req: Request<pb::ContainerStatsRequest>,
     ) -> Result<Response<pb::ContainerStatsResponse>, Status> {
-        Err(unimplemented("ContainerStats"))
+        Ok(Response::new(
+            self.container_stats_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn list_container_stats(
         &self,
-        _: Request<pb::ListContainerStatsRequest>,
+        req: Request<pb::ListContainerStatsRequest>,
     ) -> Result<Response<pb::ListContainerStatsResponse>, Status> {
-        Err(unimplemented("ListContainerStats"))
+        let stats = self
+            .list_container_stats_rpc(req.into_inner().filter)
+            .await?;
+        Ok(Response::new(pb::ListContainerStatsResponse { stats }))
     }
 
     async fn pod_sandbox_stats(
         &self,
         req: Request<pb::PodSandboxStatsRequest>,
     ) -> Result<Response<pb::PodSandboxStatsResponse>, Status> {
-        let id = req.into_inner().pod_sandbox_id;
-        let span = tracing::debug_span!("PodSandboxStats", pod_id = %id);
-        let sandboxes = self.sandboxes.clone();
-        let s = super::blocking(move || Ok(sandboxes.stats(&id)?))
-            .instrument(span)
-            .await?;
-        Ok(Response::new(pb::PodSandboxStatsResponse {
-            stats: Some(stats::pod_stats(&s)),
-        }))
+        Ok(Response::new(
+            self.pod_sandbox_stats_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn list_pod_sandbox_stats(
         &self,
         req: Request<pb::ListPodSandboxStatsRequest>,
     ) -> Result<Response<pb::ListPodSandboxStatsResponse>, Status> {
-        let all = self.pod_stats(req.into_inner().filter).await?;
-        Ok(Response::new(pb::ListPodSandboxStatsResponse {
-            stats: all,
-        }))
+        let stats = self.list_pod_stats_rpc(req.into_inner().filter).await?;
+        Ok(Response::new(pb::ListPodSandboxStatsResponse { stats }))
     }
 
     async fn checkpoint_container(
@@ -460,14 +438,17 @@ impl RuntimeService for RuntimeServer {
         &self,
         _: Request<pb::ListMetricDescriptorsRequest>,
     ) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
-        Err(unimplemented("ListMetricDescriptors"))
+        Ok(Response::new(stats::metric_descriptors()))
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _: Request<pb::ListPodSandboxMetricsRequest>,
     ) -> Result<Response<pb::ListPodSandboxMetricsResponse>, Status> {
-        Err(unimplemented("ListPodSandboxMetrics"))
+        let pod_metrics = self.pod_metrics_rpc().await?;
+        Ok(Response::new(pb::ListPodSandboxMetricsResponse {
+            pod_metrics,
+        }))
     }
 
     async fn update_pod_sandbox_resources(
@@ -492,16 +473,21 @@ impl RuntimeService for RuntimeServer {
 
     async fn stream_container_stats(
         &self,
-        _: Request<pb::StreamContainerStatsRequest>,
+        req: Request<pb::StreamContainerStatsRequest>,
     ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
-        Err(unimplemented("StreamContainerStats"))
+        let all = self
+            .list_container_stats_rpc(req.into_inner().filter)
+            .await?;
+        Ok(batched(all, |container_stats| {
+            pb::StreamContainerStatsResponse { container_stats }
+        }))
     }
 
     async fn stream_pod_sandbox_stats(
         &self,
         req: Request<pb::StreamPodSandboxStatsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
-        let all = self.pod_stats(req.into_inner().filter).await?;
+        let all = self.list_pod_stats_rpc(req.into_inner().filter).await?;
         Ok(batched(all, |pod_sandbox_stats| {
             pb::StreamPodSandboxStatsResponse { pod_sandbox_stats }
         }))
@@ -522,7 +508,12 @@ impl RuntimeService for RuntimeServer {
         &self,
         _: Request<pb::StreamPodSandboxMetricsRequest>,
     ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
-        Err(unimplemented("StreamPodSandboxMetrics"))
+        let all = self.pod_metrics_rpc().await?;
+        Ok(batched(all, |pod_sandbox_metrics| {
+            pb::StreamPodSandboxMetricsResponse {
+                pod_sandbox_metrics,
+            }
+        }))
     }
 }
 

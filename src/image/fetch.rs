@@ -332,6 +332,7 @@ async fn download(
         match next {
             None => return Ok(write_off_thread(ingest, pending).await?.0),
             Some(Ok(chunk)) => {
+                crate::metrics::image_bytes_downloaded(chunk.len() as u64);
                 let got = ingest.size() + (pending.len() + chunk.len()) as u64;
                 if let Some(expected) = size.filter(|e| got > *e) {
                     return Err(PullError::SizeMismatch {

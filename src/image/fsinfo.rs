@@ -1,7 +1,8 @@
 //! ImageFsInfo: bytes and inodes used by the image store and, separately, by container
 //! writable layers (`<root>/containers`), which kubelet's eviction reads. Layer usage is
 //! measured once at unpack and kept in `layer.json`, so a call only stats blobs and reads
-//! those small files; container layers change while containers run and are walked each time.
+//! those small files; container layers change while containers run and are walked each time,
+//! without crossing into the root filesystems and image volumes mounted among them.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -62,7 +63,8 @@ impl Images {
             inodes,
         };
         let (cb, ci) = if self.containers_dir.is_dir() {
-            unpack::usage(&self.containers_dir).map_err(io("measuring", &self.containers_dir))?
+            crate::stats::disk_usage(&self.containers_dir)
+                .map_err(io("measuring", &self.containers_dir))?
         } else {
             (0, 0)
         };

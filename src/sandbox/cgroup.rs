@@ -150,9 +150,19 @@ impl CgroupSettings {
         self.manager(path)?.remove().map_err(|e| err(path, e))
     }
 
-    /// The cgroup's cpu, memory and pids statistics.
-    pub fn stats(&self, path: &str) -> Result<libcgroups::stats::Stats, CgroupError> {
-        self.manager(path)?.stats().map_err(|e| err(path, e))
+    /// Where the statistics of cgroup `path` are read (`crate::stats::read_cgroup`).
+    pub fn stat_dirs(&self, path: &str) -> crate::stats::CgroupDirs {
+        if self.unified {
+            return crate::stats::CgroupDirs::V2(self.controller_dir(path, ""));
+        }
+        let dir = |c| self.controller_dir(path, c);
+        crate::stats::CgroupDirs::V1 {
+            cpu: dir("cpu"),
+            cpuacct: dir("cpuacct"),
+            memory: dir("memory"),
+            pids: dir("pids"),
+            blkio: dir("blkio"),
+        }
     }
 
     /// The pids in the cgroup (empty when it does not exist).

@@ -83,6 +83,7 @@ impl Sandboxes {
                 None => false,
             };
             if !alive {
+                crate::metrics::monitor_died();
                 tracing::warn!(pod_id = %record.id, "pod monitor is gone; sandbox is not ready");
                 record.phase = Phase::Exited;
                 if let Err(e) = self.save(&record) {

@@ -120,6 +120,7 @@ impl Sandboxes {
                 }
             });
             if rec.phase == Phase::Exited {
+                crate::metrics::monitor_died();
                 tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
                 if let Err(e) = me.save(&rec) {
                     tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::model::SandboxRecord;
 use super::status::SandboxFilter;
 use super::{SandboxError, Sandboxes};
-use crate::stats::{CgroupSample, Interface};
+use crate::stats::{CgroupSample, Detail, Interface};
 
 /// One pod's statistics.
 pub struct PodStats {
@@ -20,37 +20,42 @@ pub struct PodStats {
 impl Sandboxes {
     pub fn stats(&self, id: &str) -> Result<PodStats, SandboxError> {
         let record = self.get(id)?;
-        self.measure(record)
+        self.measure(record, Detail::Stats)
     }
 
     /// Stats of the ready sandboxes matching `filter`; a pod that stops while being measured
-    /// is left out.
-    pub fn list_stats(&self, filter: &SandboxFilter) -> Vec<PodStats> {
+    /// is left out. `detail` says how much of the pod cgroup to read.
+    pub fn list_stats(&self, filter: &SandboxFilter, detail: Detail) -> Vec<PodStats> {
         let filter = SandboxFilter {
             ready: Some(true),
             ..filter.clone()
         };
         self.list(&filter)
             .into_iter()
-            .filter_map(|v| self.measure(v.record).ok())
+            .filter_map(|v| self.measure(v.record, detail).ok())
             .collect()
     }
 
-    fn measure(&self, record: Arc<SandboxRecord>) -> Result<PodStats, SandboxError> {
+    fn measure(
+        &self,
+        record: Arc<SandboxRecord>,
+        detail: Detail,
+    ) -> Result<PodStats, SandboxError> {
         let monitor = match (&record.monitor, record.phase.is_ready()) {
             (Some(m), true) => m.pid,
             _ => return Err(SandboxError::NotReady(record.id.clone())),
         };
         let timestamp = super::now_nanos();
-        let raw =
-            self.context()
-                .cgroups
-                .stats(&record.cgroup)
-                .map_err(|e| SandboxError::Stats {
-                    id: record.id.clone(),
-                    error: e.to_string(),
-                })?;
-        let mut cgroup = CgroupSample::from_stats(&raw, timestamp);
+        let dirs = self.context().cgroups.stat_dirs(&record.cgroup);
+        let mut cgroup = crate::stats::read_cgroup(&dirs, detail, timestamp).map_err(|e| {
+            SandboxError::Stats {
+                id: record.id.clone(),
+                error: format!("cgroup {}: {e}", record.cgroup),
+            }
+        })?;
+        if detail == Detail::Stats {
+            cgroup.processes = crate::stats::tasks(&dirs);
+        }
         self.cpu_rates.rate(&record.id, &mut cgroup);
         let interfaces = match &record.network {
             Some(net) => {

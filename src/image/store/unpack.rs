@@ -5,7 +5,6 @@
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -92,7 +91,8 @@ pub fn unpack(
         reserve,
         &paths.layers_dir(),
     )?;
-    let (bytes, inodes) = usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
+    let (bytes, inodes) =
+        crate::stats::disk_usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
     let meta = LayerMeta {
         chain_id: Some(chain_id.clone()),
         diff_id: Some(diff_id.clone()),
@@ -225,29 +225,6 @@ impl<R: BufRead> Read for ZstdFrames<R> {
             self.decoder = Some(next);
         }
     }
-}
-
-/// Bytes (allocated blocks) and inodes under `dir`, counting hard-linked inodes once.
-pub fn usage(dir: &Path) -> io::Result<(u64, u64)> {
-    let mut seen = std::collections::HashSet::new();
-    let (mut bytes, mut inodes) = (0u64, 0u64);
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        let m = fs::symlink_metadata(&d)?;
-        bytes += m.blocks() * 512;
-        inodes += 1;
-        for e in fs::read_dir(&d)? {
-            let e = e?;
-            let m = e.metadata()?;
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.nlink() <= 1 || seen.insert((m.dev(), m.ino())) {
-                bytes += m.blocks() * 512;
-                inodes += 1;
-            }
-        }
-    }
-    Ok((bytes, inodes))
 }
 
 #[cfg(test)]

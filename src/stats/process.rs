@@ -1,0 +1,82 @@
+//! What a cgroup's processes hold open (cAdvisor's `container_file_descriptors` and
+//! `container_sockets`), and the open-files limit of a container's main process
+//! (`container_ulimits_soft{ulimit="max_open_files"}`), from `/proc`.
+
+use std::path::Path;
+
+/// Open file descriptors of a set of processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFiles {
+    pub fds: u64,
+    /// Those that are sockets.
+    pub sockets: u64,
+}
+
+/// Counts the descriptors of `pids` (a process that exits meanwhile counts for nothing).
+pub fn open_files(pids: &[i32]) -> OpenFiles {
+    open_files_in(Path::new("/proc"), pids)
+}
+
+fn open_files_in(proc: &Path, pids: &[i32]) -> OpenFiles {
+    let mut out = OpenFiles::default();
+    for pid in pids {
+        let Ok(entries) = std::fs::read_dir(proc.join(pid.to_string()).join("fd")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            out.fds += 1;
+            if std::fs::read_link(e.path())
+                .is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(b"socket:"))
+            {
+                out.sockets += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The soft RLIMIT_NOFILE of `pid`; None when it is gone or unlimited.
+pub fn open_files_limit(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    parse_open_files_limit(&text)
+}
+
+/// `/proc/<pid>/limits`: `Max open files   1024   4096   files`.
+fn parse_open_files_limit(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_and_sockets_of_this_process() {
+        let me = std::process::id() as i32;
+        let before = open_files(&[me]);
+        let _sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let _file = std::fs::File::open("/proc/self/stat").unwrap();
+        let after = open_files(&[me]);
+        assert!(after.fds >= before.fds + 2, "{before:?} {after:?}");
+        assert!(after.sockets > before.sockets, "{before:?} {after:?}");
+        assert_eq!(open_files(&[i32::MAX]), OpenFiles::default());
+    }
+
+    #[test]
+    fn the_soft_open_files_limit() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units\n\
+                    Max cpu time              unlimited            unlimited            seconds\n\
+                    Max open files            1024                 524288               files\n";
+        assert_eq!(parse_open_files_limit(text), Some(1024));
+        assert_eq!(
+            parse_open_files_limit("Max open files unlimited unlimited files"),
+            None
+        );
+        assert!(open_files_limit(std::process::id() as i32).is_some());
+    }
+}
