@@ -27,7 +27,7 @@ run:
 ## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps).
 test:
 	hack/install-deps.sh test
-	hack/build-tools.sh cri-tools
+	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
@@ -35,7 +35,7 @@ test:
 ## The whole critest suite alone.
 critest:
 	hack/install-deps.sh test
-	hack/build-tools.sh cri-tools
+	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
 

@@ -4,11 +4,17 @@
 # run (2.x built from its Go module, or Debian's 1.6 if that build fails: see
 # hack/containerd-peer.sh; started here on temporary directories), both on the same CNI network
 # config (bridge + host-local + portmap, no per-pod masquerade).
+# Then containers (crust-bench-containers): create/start/stop/remove, ExecSync, a pod with a
+# container from nothing, the runtime's memory for a pod of five containers, exit to event, and
+# kubelet's relist with 110 pods of 3 containers; CONTAINER_ARGS passes options to it.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
+CONTAINER_ARGS=${CONTAINER_ARGS:-}
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
-[ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] || { echo "build first: cargo build --release --bins" >&2; exit 1; }
+[ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
+  { echo "build first: cargo build --release --bins" >&2; exit 1; }
+[ -x /bin/busybox ] || { echo "busybox-static missing (hack/install-deps.sh bench)" >&2; exit 1; }
 
 # The containerd to compare with, built (or reused from the cache) before anything is measured.
 # shellcheck source=hack/containerd-peer.sh
@@ -40,15 +46,34 @@ cat > "$W/net.d/10-bench.conflist" <<JSON
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
 
+# The containers' image, for both runtimes: static busybox as a docker archive.
+docker_archive() { # dir tag: archives dir/rootfs as image `tag` into dir.tar
+  local d=$1 tag=$2 diff
+  tar -C "$d/rootfs" -cf "$d/layer.tar" .
+  diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
+  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":["sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff" > "$d/config.json"
+  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$tag" > "$d/manifest.json"
+  tar -C "$d" -cf "$d.tar" manifest.json config.json layer.tar
+}
+IMAGE=crust.bench/busybox:1
+mkdir -p "$W/busybox/rootfs/bin" "$W/busybox/rootfs/tmp"
+cp /bin/busybox "$W/busybox/rootfs/bin/"
+for a in sh sleep true; do ln -s busybox "$W/busybox/rootfs/bin/$a"; done
+docker_archive "$W/busybox" "$IMAGE"
+
 echo "== crust $("$BIN/crust" version | awk '{print $2}')"
 mkdir -p "$W/crust"
 printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$W/net.d" > "$W/crust/config.toml"
+"$BIN/crust" image import --root "$W/crust/root" --state "$W/crust/state" \
+  --config "$W/crust/config.toml" "$W/busybox.tar" >/dev/null
 "$BIN/crust" serve --listen "$W/crust/crust.sock" --root "$W/crust/root" --state "$W/crust/state" \
   --config "$W/crust/config.toml" --log-level warn >"$W/crust/log" 2>&1 & PIDS+=($!)
 CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
 "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+"$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
+  --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 
 echo "== containerd $CTRD_DESC"
@@ -68,5 +93,8 @@ ctrd_start "$C/config.toml" "$C/log"
 PIDS+=("$CTRD_PID")
 wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
+"$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
 "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
+"$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
+  --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS

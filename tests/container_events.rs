@@ -88,7 +88,7 @@ async fn subscribers_see_every_change_in_order_with_statuses() {
 }
 
 #[tokio::test]
-async fn pod_status_lists_its_containers_and_a_timestamp() {
+async fn pod_status_lists_its_containers_without_a_timestamp() {
     let mut e = Env::start().await;
     let pod = e.pod("with-containers").await;
     let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
@@ -106,11 +106,9 @@ async fn pod_status_lists_its_containers_and_a_timestamp() {
         r.containers_statuses[0].state,
         pb::ContainerState::ContainerRunning as i32
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
-    assert!((now - r.timestamp).abs() < 5_000_000_000);
+    // No timestamp: with one, kubelet 1.37 (EventedPLEG) restarts finished init containers
+    // (tests/kubelet.rs runs one).
+    assert_eq!(r.timestamp, 0);
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
 }

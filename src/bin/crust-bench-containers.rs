@@ -2,7 +2,8 @@
 //! lifecycle and prints medians and p95: CreateContainer, StartContainer, StopContainer,
 //! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
 //! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
-//! containers each, and the memory a pod with five running containers costs the runtime.
+//! containers each, the memory a pod with five running containers costs the runtime, and how
+//! soon a GetContainerEvents subscriber hears of a container's exit.
 //!
 //! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
 //!   --image crust.bench/busybox:1
@@ -55,7 +56,57 @@ async fn main() -> anyhow::Result<()> {
     lifecycle(&mut c, &args).await?;
     from_nothing(&mut c, &args).await?;
     memory(&mut c, &args).await?;
+    exit_events(&mut c, &args).await?;
     relist(&mut c, &args).await
+}
+
+/// How long after a container's process died a GetContainerEvents subscriber hears of it:
+/// from the exit time the runtime recorded at reaping (ContainerStatus.finished_at) to the
+/// moment the STOPPED event reaches the client, on the same clock.
+async fn exit_events(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let pod = run_pod(c, "events").await?;
+    let mut events = c
+        .get_container_events(pb::GetEventsRequest {})
+        .await?
+        .into_inner();
+    let mut latency = Vec::new();
+    for i in 0..args.warmup + args.rounds {
+        let id = create_container(c, &pod, &format!("e{i}"), &args.image, "exit 0").await?;
+        start_container(c, &id).await?;
+        let heard = loop {
+            let e = tokio::time::timeout(Duration::from_secs(10), events.message())
+                .await
+                .context("no STOPPED event within 10 s")??
+                .context("the event stream ended")?;
+            let stopped = pb::ContainerEventType::ContainerStoppedEvent as i32;
+            if e.container_id == id && e.container_event_type == stopped {
+                break wall_nanos();
+            }
+        };
+        let finished = c
+            .container_status(pb::ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status
+            .context("no status")?
+            .finished_at;
+        c.remove_container(pb::RemoveContainerRequest { container_id: id })
+            .await?;
+        if i >= args.warmup {
+            let ns = u64::try_from(heard - finished).unwrap_or(0);
+            latency.push(Duration::from_nanos(ns));
+        }
+    }
+    report(&args.label, "exit to STOPPED event", &latency);
+    remove_pod(c, &pod).await
+}
+
+fn wall_nanos() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// One pod; containers created, started, exec'd into, stopped and removed one at a time.

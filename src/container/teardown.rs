@@ -70,6 +70,16 @@ async fn forget(c: &Containers, record: &ContainerRecord) -> Result<(), String> 
             ..
         }) => Ok(()),
         Err(_) if !crate::monitor::is_alive(&monitor.identity) => Ok(()),
+        // No socket, or nobody behind it: the monitor is on its way out (it removes its socket
+        // as it exits, after its containers are dead).
+        Err(MonitorError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Ok(())
+        }
         Err(e) => Err(ContainerError::monitor(&record.id, "forgetting it")(e).to_string()),
     }
 }

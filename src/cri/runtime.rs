@@ -140,7 +140,11 @@ impl RuntimeService for RuntimeServer {
                 .iter()
                 .map(|r| super::container::container_status(r))
                 .collect(),
-            timestamp: now_nanos(),
+            // Left 0, as containerd leaves it: when it is set, kubelet 1.37 with EventedPLEG
+            // takes the pod's container statuses from this answer and never marks them
+            // active, so a finished init container is started again and again. At 0 kubelet
+            // lists the containers itself; the statuses above serve crictl and older kubelets.
+            timestamp: 0,
         }))
     }
 

@@ -352,8 +352,16 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
 }
 
 /// Whether the process `id` names is still alive (and is not a later process with its pid).
+/// A zombie is not: it has exited and serves nothing, it only waits to be reaped.
 pub fn is_alive(id: &Identity) -> bool {
-    process_start_time(id.pid) == Some(id.start_time)
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
+        return false;
+    };
+    let zombie = stat
+        .rfind(')')
+        .and_then(|i| stat.get(i + 2..i + 3))
+        .is_some_and(|state| state == "Z" || state == "X");
+    !zombie && process_start_time(id.pid) == Some(id.start_time)
 }
 
 #[cfg(test)]

@@ -332,7 +332,7 @@ pub fn cgroup_roots() -> Vec<PathBuf> {
 }
 
 /// Kills what runs in `dir` and its children, and removes them, deepest first.
-fn remove_cgroup_tree(dir: &Path) {
+pub fn remove_cgroup_tree(dir: &Path) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if e.file_type().is_ok_and(|t| t.is_dir()) {
             remove_cgroup_tree(&e.path());

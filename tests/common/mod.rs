@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod kubelet;
 pub mod oci_build;
 pub mod registry;
 pub mod tools;

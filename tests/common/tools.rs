@@ -50,21 +50,31 @@ pub fn crictl() -> PathBuf {
     if let Some(p) = std::env::var_os("CRICTL") {
         return p.into();
     }
+    pinned_tool("cri-tools", "crictl")
+}
+
+/// kubelet 1.37 from the pinned k8s.io/kubernetes module (built now if it is not yet).
+pub fn kubelet() -> PathBuf {
+    pinned_tool("kubelet", "kubelet")
+}
+
+/// `binary` of `tool` as `hack/build-tools.sh` builds and caches it.
+fn pinned_tool(tool: &str, binary: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/build-tools.sh");
     let out = Command::new(&script)
-        .arg("cri-tools")
+        .arg(tool)
         .output()
         .expect("hack/build-tools.sh runs");
     assert!(
         out.status.success(),
-        "building crictl: {}",
+        "building {tool}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let dir = Command::new(&script)
-        .args(["--dir", "cri-tools"])
+        .args(["--dir", tool])
         .output()
         .expect("hack/build-tools.sh runs");
-    PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join("crictl")
+    PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim()).join(binary)
 }
 
 /// The client-go exec/attach client of `tests/fixtures/stream-client`.

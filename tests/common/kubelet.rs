@@ -1,0 +1,275 @@
+//! A real, standalone kubelet (k8s.io/kubernetes v1.37, built by hack/build-tools.sh) driving a
+//! test daemon: no API server, static pods from a manifest directory, the cgroupfs driver under
+//! a cgroup root of its own, its read-only port on loopback for `/pods`, `/stats/summary` and
+//! its metrics. Ports are free ones, so kubelets of parallel tests do not meet.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Daemon;
+use super::daemon::{cgroup_roots, remove_cgroup_tree};
+
+/// The node name static pods are suffixed with.
+pub const NODE: &str = "crust-node";
+
+pub struct Kubelet {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub logs: PathBuf,
+    /// The cgroup root kubelet puts `kubepods` under (cgroupfs driver).
+    pub cgroup_root: String,
+    pub read_only_port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Kubelet {
+    /// Starts kubelet against `d`'s socket and waits for its healthz.
+    pub fn start(d: &Daemon) -> Kubelet {
+        let binary = super::tools::kubelet();
+        let dir = d.dir.join("kubelet");
+        let manifests = dir.join("manifests");
+        let logs = dir.join("pod-logs");
+        std::fs::create_dir_all(&manifests).unwrap();
+        std::fs::create_dir_all(&logs).unwrap();
+        let cgroup_root = format!("{}-kubelet", d.cgroup_parent);
+        // kubelet checks that its cgroup root exists in every hierarchy; it creates the rest.
+        for root in cgroup_roots() {
+            std::fs::create_dir_all(root.join(cgroup_root.trim_start_matches('/'))).unwrap();
+        }
+        let (port, read_only_port, healthz) = (free_port(), free_port(), free_port());
+        let socket = format!("unix://{}", d.socket.display());
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: {manifests}
+fileCheckFrequency: 1s
+syncFrequency: 5s
+cgroupDriver: cgroupfs
+cgroupRoot: {cgroup_root}
+cgroupsPerQOS: true
+failSwapOn: false
+failCgroupV1: false
+address: 127.0.0.1
+port: {port}
+readOnlyPort: {read_only_port}
+healthzPort: {healthz}
+healthzBindAddress: 127.0.0.1
+authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}
+authorization: {{mode: AlwaysAllow}}
+containerRuntimeEndpoint: {socket}
+imageServiceEndpoint: {socket}
+podLogsDir: {logs}
+evictionHard: {{memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+enforceNodeAllocatable: []
+resolvConf: /etc/resolv.conf
+featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
+",
+            manifests = manifests.display(),
+            logs = logs.display(),
+        );
+        std::fs::write(dir.join("config.yaml"), config).unwrap();
+        let log = std::fs::File::create(dir.join("kubelet.log")).unwrap();
+        let child = Command::new(&binary)
+            .arg("--config")
+            .arg(dir.join("config.yaml"))
+            .arg("--root-dir")
+            .arg(dir.join("root"))
+            .args(["--hostname-override", NODE, "-v=2"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("kubelet {} runs: {e}", binary.display()));
+        let mut k = Kubelet {
+            child: Some(child),
+            dir,
+            manifests,
+            logs,
+            cgroup_root,
+            read_only_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = k.child.as_mut().unwrap().try_wait() {
+                panic!("kubelet exited with {status}; log:\n{}", k.log_tail());
+            }
+            if http_get(healthz, "/healthz").is_some_and(|b| b == "ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubelet not healthy in 60 s; log:\n{}",
+                k.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        k
+    }
+
+    /// Writes a static pod manifest (`<name>.yaml`).
+    pub fn put(&self, name: &str, yaml: &str) {
+        let tmp = self.dir.join(format!(".{name}.yaml"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(tmp, self.manifests.join(format!("{name}.yaml"))).unwrap();
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.manifests.join(format!("{name}.yaml"))).unwrap();
+    }
+
+    /// `GET` on the read-only port; panics on anything but 200.
+    pub fn get(&self, path: &str) -> String {
+        http_get(self.read_only_port, path)
+            .unwrap_or_else(|| panic!("kubelet GET {path} failed; log:\n{}", self.log_tail()))
+    }
+
+    /// The pods kubelet runs (`/pods`), by name without the node suffix.
+    pub fn pods(&self) -> Vec<(String, Value)> {
+        let list: Value = serde_json::from_str(&self.get("/pods")).unwrap();
+        let suffix = format!("-{NODE}");
+        list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let name = p["metadata"]["name"].as_str().unwrap_or_default();
+                (name.trim_end_matches(&suffix).to_owned(), p)
+            })
+            .collect()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.pods()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|p| p.1)
+    }
+
+    /// Waits for `check` to hold of the status of static pod `name`; returns that status.
+    pub fn wait_pod(&self, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let pod = self.pod(name);
+            if let Some(p) = pod.as_ref().filter(|p| check(&p["status"])) {
+                return p["status"].clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name}: not {what} in 120 s; status: {:#}\nkubelet log:\n{}",
+                pod.map(|p| p["status"].clone()).unwrap_or_default(),
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// A value of kubelet's own metrics (`/metrics`), summed over label sets.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.get("/metrics")
+            .lines()
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("kubelet.log")).unwrap_or_default()
+    }
+
+    /// The end of kubelet's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+
+    /// Pod cgroups (crust's `crust-<pod>` directories) left under kubelet's cgroup root.
+    pub fn pod_cgroups(&self) -> Vec<PathBuf> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if e.file_name().to_string_lossy().starts_with("crust-") {
+                    out.push(e.path());
+                } else {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for root in cgroup_roots() {
+            walk(
+                &root.join(self.cgroup_root.trim_start_matches('/')),
+                &mut out,
+            );
+        }
+        out
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop();
+        // kubelet's volume directories are plain directories here (no tmpfs-backed volumes),
+        // but unmount anything it left before the daemon's directory goes.
+        let root = self.dir.display().to_string();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut under: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&root))
+            .collect();
+        under.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in under {
+            let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
+        }
+        for root in cgroup_roots() {
+            remove_cgroup_tree(&root.join(self.cgroup_root.trim_start_matches('/')));
+        }
+    }
+}
+
+/// An HTTP/1.0 GET on 127.0.0.1:`port` (the server closes the connection, no chunking); the
+/// body when the answer is 200.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let raw = String::from_utf8_lossy(&raw);
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200")
+        .then(|| body.to_owned())
+        .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_owned()))
+}

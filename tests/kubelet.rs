@@ -1,0 +1,321 @@
+//! A real kubelet (v1.37, standalone, static pods) on crust, checked the way an operator
+//! checks a node: kubelet's own `/pods` status, `/stats/summary`, `/metrics/cadvisor` and
+//! metrics, crictl, and what is left on the host afterwards. One kubelet runs the whole story:
+//! probes, a crash loop, an OOM kill, init containers sharing an emptyDir, a host-network pod,
+//! crust killed and restarted under it, a liveness failure, and the pods removed.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::kubelet::Kubelet;
+use common::workload::Env;
+use crust::cri::pb;
+use serde_json::Value;
+
+fn manifests(image: &str) -> Vec<(&'static str, String)> {
+    let pod = |name: &str, spec: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{spec}")
+            .replace("IMAGE", image)
+    };
+    vec![
+        (
+            "web",
+            pod(
+                "web",
+                r#"  terminationGracePeriodSeconds: 2
+  containers:
+  - name: httpd
+    image: IMAGE
+    command: [sh, -c, "mkdir -p /www && echo hello > /www/index.html && touch /tmp/alive && exec httpd -f -p 8080 -h /www"]
+    readinessProbe: {httpGet: {path: /index.html, port: 8080}, periodSeconds: 1}
+    livenessProbe: {exec: {command: [sh, -c, "test -f /tmp/alive"]}, periodSeconds: 1, failureThreshold: 1}
+"#,
+            ),
+        ),
+        (
+            "crash",
+            pod(
+                "crash",
+                r#"  containers:
+  - name: fail
+    image: IMAGE
+    command: [sh, -c, "echo failing; exit 1"]
+"#,
+            ),
+        ),
+        (
+            "oom",
+            pod(
+                "oom",
+                r#"  restartPolicy: Never
+  containers:
+  - name: hog
+    image: IMAGE
+    command: [sh, -c, "x=0123456789; while true; do x=$x$x; done"]
+    resources: {limits: {memory: 32Mi}}
+"#,
+            ),
+        ),
+        (
+            "shared",
+            pod(
+                "shared",
+                r#"  terminationGracePeriodSeconds: 1
+  volumes: [{name: shared, emptyDir: {}}]
+  initContainers:
+  - name: init
+    image: IMAGE
+    command: [sh, -c, "echo from-init > /shared/msg"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  containers:
+  - name: writer
+    image: IMAGE
+    command: [sh, -c, "echo from-writer > /shared/w; exec sleep 3600"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  - name: reader
+    image: IMAGE
+    command: [sh, -c, "while ! test -f /shared/w; do sleep 0.2; done; cat /shared/msg /shared/w; exec sleep 3600"]
+    volumeMounts: [{name: shared, mountPath: /shared}]
+"#,
+            ),
+        ),
+        (
+            "hostnet",
+            pod(
+                "hostnet",
+                r#"  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sleep, "3600"]
+"#,
+            ),
+        ),
+    ]
+}
+
+/// The status of container `name` in a pod status (`containerStatuses`).
+fn container<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn running(status: &Value, name: &str) -> bool {
+    container(status, name)["state"]["running"].is_object()
+}
+
+/// crust's id of a container in kubelet's status (`crust://<id>`).
+fn crust_id(status: &Value, name: &str) -> String {
+    let id = container(status, name)["containerID"]
+        .as_str()
+        .unwrap_or_default();
+    id.strip_prefix("crust://")
+        .unwrap_or_else(|| panic!("container {name}: id {id:?} is not crust://<id>"))
+        .to_owned()
+}
+
+fn crictl(e: &Env, args: &[&str]) -> String {
+    let out = Command::new(common::tools::crictl())
+        .arg("--runtime-endpoint")
+        .arg(format!("unix://{}", e.d.socket.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "crictl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_runs_static_pods_on_crust() {
+    let mut e = Env::start().await;
+    let k = Kubelet::start(&e.d);
+    for (name, yaml) in manifests(&e.image) {
+        k.put(name, &yaml);
+    }
+
+    // A web server that turns Ready through its HTTP readiness probe.
+    let web = k.wait_pod("web", "ready", |s| {
+        container(s, "httpd")["ready"] == true && running(s, "httpd")
+    });
+    let httpd = crust_id(&web, "httpd");
+    let listed = crictl(&e, &["ps", "-q", "--name", "httpd"]);
+    assert_eq!(listed.trim(), httpd, "crictl ps and kubelet disagree");
+    assert!(
+        crictl(
+            &e,
+            &["pods", "--name", "web-crust-node", "--state", "ready", "-q"]
+        )
+        .trim()
+        .len()
+            == 64
+    );
+
+    // A crash loop: restarts counted, the last exit kept with its code and reason.
+    let crash = k.wait_pod("crash", "restarted twice", |s| {
+        container(s, "fail")["restartCount"].as_u64() >= Some(2)
+    });
+    let last = &container(&crash, "fail")["lastState"]["terminated"];
+    assert_eq!(
+        (last["exitCode"].as_i64(), last["reason"].as_str()),
+        (Some(1), Some("Error")),
+        "{crash:#}"
+    );
+
+    // An OOM kill: reason OOMKilled, exit code 137.
+    let oom = k.wait_pod("oom", "terminated", |s| {
+        container(s, "hog")["state"]["terminated"].is_object()
+    });
+    let t = &container(&oom, "hog")["state"]["terminated"];
+    assert_eq!(
+        (t["exitCode"].as_i64(), t["reason"].as_str()),
+        (Some(137), Some("OOMKilled")),
+        "{oom:#}"
+    );
+
+    // An init container, then two containers sharing its emptyDir.
+    let shared = k.wait_pod("shared", "running", |s| {
+        running(s, "writer") && running(s, "reader")
+    });
+    let init = &shared["initContainerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (init["exitCode"].as_i64(), init["reason"].as_str()),
+        (Some(0), Some("Completed")),
+        "{shared:#}"
+    );
+    let reader = crust_id(&shared, "reader");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = crictl(&e, &["logs", &reader]);
+        if logs.contains("from-init") && logs.contains("from-writer") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "reader's log: {logs:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // A host-network pod shares the host's network namespace.
+    let hostnet = k.wait_pod("hostnet", "running", |s| running(s, "main"));
+    let pid = e.info(&crust_id(&hostnet, "main")).await["pid"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap(),
+        std::fs::read_link("/proc/self/ns/net").unwrap()
+    );
+
+    // Statistics from the runtime (PodAndContainerStatsFromCRI): the summary API and the
+    // cAdvisor series.
+    let summary: Value = serde_json::from_str(&k.get("/stats/summary")).unwrap();
+    let pod = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "web-crust-node")
+        .unwrap_or_else(|| panic!("no web pod in the summary: {summary:#}"));
+    let c = &pod["containers"][0];
+    assert_eq!(c["name"], "httpd");
+    assert!(c["memory"]["workingSetBytes"].as_u64() > Some(0), "{c:#}");
+    assert!(c["cpu"]["usageCoreNanoSeconds"].as_u64() > Some(0), "{c:#}");
+    let cadvisor = k.get("/metrics/cadvisor");
+    assert!(
+        cadvisor
+            .lines()
+            .any(|l| l.starts_with("container_memory_working_set_bytes{")
+                && l.contains("container=\"httpd\"")
+                && l.contains("pod=\"web-crust-node\"")),
+        "no working set series for httpd in /metrics/cadvisor"
+    );
+
+    // Evented PLEG: kubelet holds a GetContainerEvents stream and receives events on it.
+    assert!(k.metric("kubelet_evented_pleg_connection_success_count") >= 1.0);
+    assert!(k.metric("kubelet_evented_pleg_connection_latency_seconds_count") >= 1.0);
+
+    // crust killed and restarted under kubelet: the same containers, not restarted.
+    let before: Vec<(String, String, u64)> = [
+        ("web", "httpd"),
+        ("shared", "writer"),
+        ("shared", "reader"),
+        ("hostnet", "main"),
+    ]
+    .iter()
+    .map(|(pod, c)| {
+        let s = k.pod(pod).unwrap()["status"].clone();
+        let restarts = container(&s, c)["restartCount"].as_u64().unwrap();
+        (format!("{pod}/{c}"), crust_id(&s, c), restarts)
+    })
+    .collect();
+    e.d.kill9();
+    e.d.launch();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let web = k.wait_pod("web", "ready after crust's restart", |s| {
+        container(s, "httpd")["ready"] == true
+    });
+    for (what, id, restarts) in &before {
+        let (pod, c) = what.split_once('/').unwrap();
+        let s = k.pod(pod).unwrap()["status"].clone();
+        assert_eq!(
+            (
+                &crust_id(&s, c),
+                container(&s, c)["restartCount"].as_u64().unwrap()
+            ),
+            (id, *restarts),
+            "{what} changed across crust's restart: {s:#}"
+        );
+    }
+
+    // A failing liveness probe restarts the container.
+    let mut c = e.d.client().await;
+    let r = c
+        .exec_sync(pb::ExecSyncRequest {
+            container_id: crust_id(&web, "httpd"),
+            cmd: vec!["rm".into(), "/tmp/alive".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.exit_code, 0);
+    let web = k.wait_pod("web", "restarted by its liveness probe and ready", |s| {
+        container(s, "httpd")["restartCount"].as_u64() >= Some(1)
+            && container(s, "httpd")["ready"] == true
+    });
+    assert_ne!(crust_id(&web, "httpd"), httpd);
+
+    // Pods removed: kubelet stops them, its garbage collector removes them, nothing is left.
+    for (name, _) in manifests(&e.image) {
+        k.remove(name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let sandboxes = c
+            .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        if sandboxes.is_empty() && k.pods().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left after the manifests went: {:?}\nkubelet log:\n{}",
+            sandboxes
+                .iter()
+                .map(|s| (&s.metadata, s.state))
+                .collect::<Vec<_>>(),
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    e.d.assert_clean();
+    assert!(k.pod_cgroups().is_empty(), "{:?}", k.pod_cgroups());
+}
