@@ -235,9 +235,27 @@ async fn kubelet_runs_static_pods_on_crust() {
         "no working set series for httpd in /metrics/cadvisor"
     );
 
-    // Evented PLEG: kubelet holds a GetContainerEvents stream and receives events on it.
+    // Evented PLEG: kubelet holds a GetContainerEvents stream, receives events on it, and a
+    // container's death makes it relist that pod at once.
     assert!(k.metric("kubelet_evented_pleg_connection_success_count") >= 1.0);
     assert!(k.metric("kubelet_evented_pleg_connection_latency_seconds_count") >= 1.0);
+    let log = k.log();
+    let dead = container(&crash, "fail")["lastState"]["terminated"]["containerID"]
+        .as_str()
+        .unwrap_or_default();
+    let fail = dead.trim_start_matches("crust://");
+    assert!(
+        log.lines().any(
+            |l| l.contains("requested pod relist after container termination") && l.contains(fail)
+        ),
+        "no relist requested for container {fail}'s exit"
+    );
+    // The node's conditions: runtime and network ready, no disk pressure.
+    assert!(log.contains("\"Container runtime initialized\" containerRuntime=\"crust\""));
+    assert!(!log.contains("Container runtime not ready"));
+    assert!(!log.contains("Container runtime network not ready"));
+    assert!(log.contains("event=\"NodeHasNoDiskPressure\""));
+    assert!(!log.contains("event=\"NodeHasDiskPressure\""));
 
     // crust killed and restarted under kubelet: the same containers, not restarted.
     let before: Vec<(String, String, u64)> = [

@@ -90,7 +90,8 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
             .arg(dir.join("config.yaml"))
             .arg("--root-dir")
             .arg(dir.join("root"))
-            .args(["--hostname-override", NODE, "-v=2"])
+            // evented.go at V(4) logs each relist a container's death requested.
+            .args(["--hostname-override", NODE, "-v=2", "--vmodule=evented=4"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
