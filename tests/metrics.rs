@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use common::free_port;
 use common::workload::Env;
 use crust::cri::pb;
 
@@ -166,14 +167,6 @@ async fn descriptors_and_pod_metrics_have_cadvisor_names_labels_and_values() {
 }
 
 /// A free TCP port on loopback (bound, then released for the daemon).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics`, parsed: (metric name, labels) -> value.
 fn scrape(port: u16) -> (String, Vec<prometheus_parse::Sample>) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -57,14 +57,6 @@ async fn port_forward_url(c: &mut Client, id: &str) -> String {
     .url
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn daemon_fds(d: &Daemon) -> usize {
     let pid = d.child.as_ref().unwrap().id();
     std::fs::read_dir(format!("/proc/{pid}/fd"))

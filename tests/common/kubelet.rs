@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::Daemon;
 use super::daemon::{cgroup_roots, remove_cgroup_tree};
+use super::{Daemon, free_port};
 
 /// The node name static pods are suffixed with.
 pub const NODE: &str = "crust-node";
@@ -26,14 +26,6 @@ pub struct Kubelet {
     /// The cgroup root kubelet puts `kubepods` under (cgroupfs driver).
     pub cgroup_root: String,
     pub read_only_port: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Kubelet {
