@@ -61,6 +61,26 @@ cp /bin/busybox "$W/busybox/rootfs/bin/"
 for a in sh sleep true; do ln -s busybox "$W/busybox/rootfs/bin/$a"; done
 docker_archive "$W/busybox" "$IMAGE"
 
+# `crictl exec <id> true` (Exec RPC, the streaming upgrade, the command and its exit code, crictl's
+# own start included, the same for both runtimes): median of EXEC_ROUNDS.
+CRICTL=$(hack/build-tools.sh --dir cri-tools)/crictl
+[ -x "$CRICTL" ] || hack/build-tools.sh cri-tools
+EXEC_ROUNDS=${EXEC_ROUNDS:-30}
+printf '{"metadata":{"name":"exec-bench","namespace":"bench","uid":"exec-bench-uid"},"log_directory":"%s/exec-logs","linux":{}}' "$W" > "$W/exec-pod.json"
+printf '{"metadata":{"name":"sleeper"},"image":{"image":"%s"},"command":["sleep","3600"],"log_path":"sleeper.log","linux":{}}' "$IMAGE" > "$W/exec-ctr.json"
+exec_roundtrip() { # label endpoint
+  local c=("$CRICTL" --runtime-endpoint "$2" --image-endpoint "$2" --timeout 30s) pod ctr
+  pod=$("${c[@]}" runp "$W/exec-pod.json")
+  ctr=$("${c[@]}" create "$pod" "$W/exec-ctr.json" "$W/exec-pod.json")
+  "${c[@]}" start "$ctr" >/dev/null
+  for _ in $(seq "$EXEC_ROUNDS"); do
+    local t0 t1; t0=$(date +%s%N)
+    "${c[@]}" exec "$ctr" true
+    t1=$(date +%s%N); echo $(((t1 - t0) / 1000))
+  done | sort -n | awk -v l="$1" -v n="$EXEC_ROUNDS" '{v[NR]=$1} END {printf "%-12s %-34s n=%-4d median=%8.2f ms\n", l, "crictl exec (stream, true)", n, v[int((NR+1)/2)]/1000}'
+  "${c[@]}" stopp "$pod" >/dev/null; "${c[@]}" rmp "$pod" >/dev/null
+}
+
 echo "== crust $("$BIN/crust" version | awk '{print $2}')"
 mkdir -p "$W/crust"
 printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$W/net.d" > "$W/crust/config.toml"
@@ -74,6 +94,7 @@ sleep 1
 "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
   --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS
+exec_roundtrip crust "unix://$W/crust/crust.sock"
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 
 echo "== containerd $CTRD_DESC"
@@ -98,3 +119,4 @@ sleep 1
 "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
   --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS
+exec_roundtrip containerd "unix://$C/containerd.sock"
