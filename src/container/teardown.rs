@@ -7,12 +7,15 @@
 use super::create::monitor_of;
 use super::{ContainerError, ContainerRecord, Containers, rootfs};
 use crate::monitor::{Fault, MonitorError};
+use crate::sandbox::Timed;
 
 pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
     let mut errors = Vec::new();
+    let forgotten = Timed::start("monitor forgot the container");
     if let Err(e) = forget(c, record).await {
         errors.push(e);
     }
+    drop(forgotten);
     let (ctx, images, id, cgroup, record) = (
         c.ctx.clone(),
         c.images.clone(),
@@ -22,15 +25,19 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
     );
     let blocking = tokio::task::spawn_blocking(move || {
         let mut errors = Vec::new();
+        let t = Timed::start("container cgroup removed");
         if let Err(e) = ctx.cgroups.remove(&cgroup) {
             errors.push(format!("remove cgroup: {e}"));
         }
+        drop(t);
         if let Err(e) = rootfs::remove_dir(&ctx.runtime_root.join(&id)) {
             errors.push(e);
         }
+        let t = Timed::start("root filesystem unmounted and removed");
         if let Err(e) = rootfs::remove(&rootfs::layout(&ctx, &id)) {
             errors.push(e);
         }
+        drop(t);
         if let Err(e) = images.release(&id) {
             errors.push(format!("release the image: {e}"));
         }

@@ -19,6 +19,7 @@ mod stats;
 mod status;
 mod stop;
 mod teardown;
+pub(crate) use teardown::Timed;
 mod validate;
 
 use std::collections::HashMap;

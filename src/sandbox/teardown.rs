@@ -93,10 +93,10 @@ pub(super) fn unpin(pin: &Path) -> std::io::Result<()> {
 }
 
 /// Logs how long a step took when dropped (at debug level, for finding slow steps).
-pub(super) struct Timed(&'static str, std::time::Instant);
+pub(crate) struct Timed(&'static str, std::time::Instant);
 
 impl Timed {
-    pub(super) fn start(what: &'static str) -> Timed {
+    pub(crate) fn start(what: &'static str) -> Timed {
         Timed(what, std::time::Instant::now())
     }
 }
