@@ -34,6 +34,8 @@ impl Sandboxes {
                 .and_then(|n| n.to_str())
                 .unwrap_or_default()
                 .to_owned();
+            // A writer killed mid-save leaves its temporary file behind.
+            crate::store::remove_stale_temps(&dir);
             match crate::store::load::<SandboxRecord>(&SandboxContext::record_path(&dir)) {
                 Ok(record) if record.phase == Phase::Creating => {
                     self.roll_back(&record, &mut summary).await;
