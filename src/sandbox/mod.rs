@@ -177,11 +177,6 @@ impl Entry {
             w.abort();
         }
     }
-    fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> Arc<SandboxRecord> {
-        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        f(Arc::make_mut(&mut r));
-        r.clone()
-    }
 }
 
 #[derive(Default)]
@@ -295,6 +290,22 @@ impl Sandboxes {
     fn save(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
         crate::store::save(&SandboxContext::record_path(&record.dir), record)?;
         Ok(())
+    }
+
+    /// Changes the record of a sandbox whose op lock the caller holds: the changed record is
+    /// saved first and replaces the one in memory only once it is on disk, so a failed save
+    /// leaves memory and disk as they were and returns the error.
+    fn commit(
+        &self,
+        entry: &Entry,
+        f: impl FnOnce(&mut SandboxRecord),
+    ) -> Result<Arc<SandboxRecord>, SandboxError> {
+        let mut next = SandboxRecord::clone(&entry.snapshot());
+        f(&mut next);
+        self.save(&next)?;
+        let next = Arc::new(next);
+        *entry.record.lock().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        Ok(next)
     }
 }
 

@@ -115,16 +115,23 @@ impl Sandboxes {
             let (Some(me), Some(entry)) = (me.upgrade(), watched.upgrade()) else {
                 return;
             };
-            let rec = entry.update(|r| {
-                if r.phase == Phase::Ready && r.monitor == Some(identity) {
-                    r.phase = Phase::Exited;
-                }
+            // The same lock as Stop and Remove: the record changes under one writer at a time
+            // (Stop aborts this task once it holds the lock).
+            let _op = entry.op.clone().lock_owned().await;
+            let rec = entry.snapshot();
+            if rec.phase != Phase::Ready || rec.monitor != Some(identity) {
+                return;
+            }
+            if !me.table().by_id.contains_key(&rec.id) {
+                return;
+            }
+            tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
+            let exited = me.commit(&entry, |r| {
+                r.phase = Phase::Exited;
+                r.problem = Some(format!("the pod monitor (pid {}) exited", identity.pid));
             });
-            if rec.phase == Phase::Exited {
-                tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
-                if let Err(e) = me.save(&rec) {
-                    tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
-                }
+            if let Err(e) = exited {
+                tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
             }
         });
         *entry.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
@@ -172,6 +179,7 @@ fn plan(
         network,
         spec,
         id,
+        problem: None,
     })
 }
 
