@@ -8,7 +8,7 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
-.PHONY: all build run test lint bench bench-images critest tools kubelet containerd clean
+.PHONY: all build run test soak lint bench bench-images critest tools kubelet containerd clean
 
 all: build
 
@@ -31,6 +31,15 @@ test:
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
+
+## Churn by hand: pods with a running container created and removed by CRUST_SOAK_CLIENTS
+## clients (4) for CRUST_SOAK_SECS seconds (600) after CRUST_SOAK_WARMUP_SECS (120) of warm-up,
+## checking for leaks every minute and printing the daemon's RSS and descriptors; RSS must stay
+## within 10% of the warmed-up daemon's (tests/churn.rs, the ignored `soak` test).
+soak:
+	hack/install-deps.sh test
+	$(CARGO) build --bins
+	$(CARGO) test --test churn -- --ignored --nocapture soak
 
 ## The whole critest suite alone.
 critest:

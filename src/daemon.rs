@@ -69,8 +69,10 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
             .map_err(io("setting mode of", dir))?;
     }
-    ensure_tmpfs(&config.state)?;
+    // Locked before the tmpfs is mounted: of two daemons started at once, the second stops
+    // here and never mounts a tmpfs over the first one's state.
     let _lock = lock_state(&config.state, &socket)?;
+    ensure_tmpfs(&config.state)?;
     let sandboxes = Sandboxes::new(sandbox_context(&config)?);
     prepare_ns_dir(&sandboxes.context().ns_dir())?;
     std::fs::create_dir_all(sandboxes.context().sandboxes_dir())
@@ -261,9 +263,18 @@ fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// One daemon per state directory: the lock is held for the daemon's life.
+/// One daemon per state directory: the lock is held for the daemon's life. It lives beside the
+/// state directory, not in it, so that it is the same file before and after the tmpfs is
+/// mounted there.
 fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, DaemonError> {
-    let path = state.join("crust.lock");
+    let name = state
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".into());
+    let path = state
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(format!(".{name}.lock"));
     if !path.exists() {
         std::fs::write(&path, b"").map_err(io("creating", &path))?;
     }

@@ -29,6 +29,7 @@ impl Containers {
             .flatten();
         for dir in dirs {
             let id = dir.file_name().to_string_lossy().into_owned();
+            crate::store::remove_stale_temps(&dir.path());
             match crate::store::load::<ContainerRecord>(&self.ctx.record_path(&id)) {
                 Ok(record)
                     if record.phase == Phase::Creating

@@ -33,6 +33,10 @@ pub use image::ImageServer;
 pub use runtime::RuntimeServer;
 
 /// Serves both CRI services on `incoming` until `shutdown` resolves; in-flight RPCs finish.
+/// The largest CRI message either way: kubelet's own limit (16 MiB). A bigger request is
+/// refused before it is decoded (ResourceExhausted); a bigger answer would be refused by kubelet.
+pub const MAX_MESSAGE: usize = 16 << 20;
+
 pub async fn serve(
     runtime: RuntimeServer,
     images: ImageServer,
@@ -49,10 +53,16 @@ pub async fn serve(
         // Outermost, so the deadline layer's own answers are counted too.
         .layer(rpc_metrics::RpcMetricsLayer)
         .layer(deadline::DeadlineLayer)
-        .add_service(pb::runtime_service_server::RuntimeServiceServer::new(
-            runtime,
-        ))
-        .add_service(pb::image_service_server::ImageServiceServer::new(images))
+        .add_service(
+            pb::runtime_service_server::RuntimeServiceServer::new(runtime)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
+        .add_service(
+            pb::image_service_server::ImageServiceServer::new(images)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -5,7 +5,8 @@ use tonic::{Code, Status};
 use crate::container::ContainerError;
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
-use crate::sandbox::SandboxError;
+use crate::network::CniError;
+use crate::sandbox::{RunFailure, SandboxError};
 use crate::store::StoreError;
 use crate::stream::StreamError;
 use crate::stream::backend::BackendError;
@@ -20,7 +21,7 @@ pub fn invalid(msg: impl Into<String>) -> Status {
 
 /// The pod CIDR's CNI config could not be written from the template: the node's network
 /// setup, not the request, is at fault.
-pub fn network_template(pod_cidr: &str, e: &crate::network::CniError) -> Status {
+pub fn network_template(pod_cidr: &str, e: &CniError) -> Status {
     Status::failed_precondition(format!("writing the CNI config for {pod_cidr}: {e}"))
 }
 
@@ -38,10 +39,35 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::NameTaken { .. } => Code::AlreadyExists,
         SandboxError::NotFound(_) => Code::NotFound,
         SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => Code::FailedPrecondition,
-        SandboxError::Run { .. }
-        | SandboxError::Teardown { .. }
-        | SandboxError::Stats { .. }
-        | SandboxError::Store(_) => Code::Internal,
+        SandboxError::Run { cause, .. } => run_code(cause),
+        // What is left can be released by another Stop or Remove.
+        SandboxError::Teardown { .. } => Code::Unavailable,
+        SandboxError::Stats { .. } => Code::FailedPrecondition,
+        SandboxError::Store(s) => store_code(s),
+    }
+}
+
+/// A step of RunPodSandbox failed (and was undone): by whose fault.
+fn run_code(e: &RunFailure) -> Code {
+    match e {
+        RunFailure::Cni(e) => cni_code(e),
+        RunFailure::Monitor(e) => monitor_code(e),
+        RunFailure::Cgroup(_) => Code::FailedPrecondition,
+        RunFailure::Io { source, .. } => io_code(source),
+        RunFailure::Store(s) => store_code(s),
+        RunFailure::Task(_) => Code::Internal,
+    }
+}
+
+/// A plugin that ran and refused (or did not finish) may succeed on a retry: Unavailable, with
+/// the plugin's own message. A network configuration that cannot work is the node's state.
+fn cni_code(e: &CniError) -> Code {
+    match e {
+        CniError::PluginFailed { .. } | CniError::Timeout { .. } => Code::Unavailable,
+        CniError::Spawn { source, .. } => io_code(source),
+        CniError::NoConfig(_) | CniError::BadConfig { .. } | CniError::PluginMissing { .. } => {
+            Code::FailedPrecondition
+        }
     }
 }
 
@@ -247,6 +273,50 @@ mod tests {
             format: "GNU sparse PAX format 2.0".into(),
         };
         assert_eq!(pull_code(&layer(sparse)), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn sandbox_run_failures_keep_their_cause_code() {
+        let run = |cause| SandboxError::Run {
+            step: "x",
+            cause: Box::new(cause),
+            cleanup: None,
+        };
+        let refused = CniError::PluginFailed {
+            plugin: "bridge".into(),
+            command: "ADD",
+            msg: "no IP addresses available".into(),
+        };
+        let s = Status::from(run(RunFailure::Cni(refused)));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().contains("no IP addresses available"), "{s}");
+        let missing = CniError::PluginMissing {
+            plugin: "p".into(),
+            network: "n".into(),
+            dirs: "/opt/cni/bin".into(),
+        };
+        assert_eq!(
+            Status::from(run(RunFailure::Cni(missing))).code(),
+            Code::FailedPrecondition
+        );
+        let full = StoreError::Write {
+            path: "/state/sandboxes/abc/sandbox.json".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        let s = Status::from(run(RunFailure::Store(full)));
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.message().contains("/state/sandboxes/abc"), "{s}");
+        let quota = RunFailure::Io {
+            path: "/state/sandboxes/abc".into(),
+            source: std::io::Error::from_raw_os_error(libc::EDQUOT),
+        };
+        let s = Status::from(run(quota));
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.message().contains("/state/sandboxes/abc"), "{s}");
+        assert_eq!(
+            Status::from(run(RunFailure::Task("panicked".into()))).code(),
+            Code::Internal
+        );
     }
 
     #[test]

@@ -207,6 +207,7 @@ impl MonitorHandle {
             return Ok(());
         }
         let pidfd = crate::sys::pidfd_open(self.identity.pid)?;
+        let init = self.init_pidfd();
         // The pidfd names the process we checked; it may have exited since (then all is done).
         if !super::is_alive(&self.identity) {
             return Ok(());
@@ -216,11 +217,8 @@ impl MonitorHandle {
             tracing::warn!(pid = self.identity.pid, error = %e, "monitor did not take shutdown; killing it");
         }
         if asked.is_err() || !wait_pidfd(&pidfd, timeout).await {
-            if let Some(init) = self.identity.init_pid {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(init),
-                    nix::sys::signal::SIGKILL,
-                );
+            if let Some(init) = &init {
+                let _ = crate::sys::pidfd_send_signal(init, nix::sys::signal::SIGKILL);
             }
             let _ = crate::sys::pidfd_send_signal(&pidfd, nix::sys::signal::SIGKILL);
             if !wait_pidfd(&pidfd, timeout).await {
@@ -228,6 +226,15 @@ impl MonitorHandle {
             }
         }
         Ok(())
+    }
+
+    /// A pidfd for the pod's init, taken while it is still the live monitor's child: its pid
+    /// cannot have been reused before the monitor reaps it, and the pidfd keeps naming it after.
+    fn init_pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+        let init = self.identity.init_pid?;
+        let fd = crate::sys::pidfd_open(init).ok()?;
+        let child_of_monitor = super::parent_pid(init) == Some(self.identity.pid);
+        (child_of_monitor && super::is_alive(&self.identity)).then_some(fd)
     }
 
     /// Resolves when the monitor process exits.

@@ -345,10 +345,20 @@ pub fn short_socket_path(dir: &Path, name: &str) -> std::io::Result<(std::fs::Fi
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
 pub fn process_start_time(pid: i32) -> Option<u64> {
+    stat_field(pid, 19)
+}
+
+/// The parent of process `pid`.
+pub fn parent_pid(pid: i32) -> Option<i32> {
+    stat_field(pid, 1)
+}
+
+/// Field `n` of `/proc/<pid>/stat`, counted from the state (field 3) as 0.
+fn stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> Option<T> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: skip past its last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    rest.split(' ').nth(n)?.parse().ok()
 }
 
 /// Whether the process `id` names is still alive (and is not a later process with its pid).
@@ -367,6 +377,18 @@ pub fn is_alive(id: &Identity) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parent_of_a_child_is_this_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let parent = parent_pid(child.id() as i32);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(parent, Some(std::process::id() as i32));
+    }
 
     #[test]
     fn own_start_time_is_stable_and_others_differ() {

@@ -4,7 +4,12 @@
 use std::process::Stdio;
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// The most of a plugin's stdout kept: a result or an error object is a few kilobytes.
+const MAX_STDOUT: usize = 1 << 20;
+/// The most of a plugin's stderr kept for an error message.
+const MAX_STDERR: usize = 16 << 10;
 
 use super::{Attachment, Cni, CniError};
 
@@ -41,14 +46,22 @@ pub(super) async fn run(
         .map_err(spawn_err)?;
     let input = serde_json::to_vec(conf).unwrap_or_default();
     let mut stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
     let timeout = cni.settings.plugin_timeout;
     let work = async move {
         // A plugin may exit without reading its input; a broken pipe then is not the error.
         let _ = stdin.write_all(&input).await;
         drop(stdin);
-        child.wait_with_output().await
+        let (stdout, stderr) = tokio::join!(
+            read_capped(stdout, MAX_STDOUT),
+            read_capped(stderr, MAX_STDERR)
+        );
+        let status = child.wait().await?;
+        std::io::Result::Ok((status, stdout?, stderr?))
     };
-    let out = match tokio::time::timeout(timeout, work).await {
+    let (status, (stdout, too_long), (stderr, _)) = match tokio::time::timeout(timeout, work).await
+    {
         Ok(out) => out.map_err(spawn_err)?,
         Err(_) => {
             return Err(CniError::Timeout {
@@ -57,6 +70,18 @@ pub(super) async fn run(
                 timeout,
             });
         }
+    };
+    if too_long {
+        return Err(CniError::PluginFailed {
+            plugin,
+            command,
+            msg: format!("printed more than {MAX_STDOUT} bytes"),
+        });
+    }
+    let out = std::process::Output {
+        status,
+        stdout,
+        stderr,
     };
     if out.status.success() {
         if out.stdout.iter().all(u8::is_ascii_whitespace) {
@@ -73,6 +98,26 @@ pub(super) async fn run(
         command,
         msg: failure_message(&out),
     })
+}
+
+/// Reads `from` to its end, keeping at most `cap` bytes (the rest is read and dropped, so the
+/// plugin is never blocked on a full pipe); true when something was dropped.
+async fn read_capped(
+    mut from: impl AsyncRead + Unpin,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut dropped = false;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((kept, dropped));
+        }
+        let room = cap - kept.len();
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        dropped |= n > room;
+    }
 }
 
 /// The plugin's own words: the CNI error object's msg and details, else its stderr.
@@ -101,5 +146,19 @@ fn failure_message(out: &std::process::Output) -> String {
         format!("exited with {}", out.status)
     } else {
         stderr.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn output_past_the_cap_is_read_and_dropped() {
+        let big = vec![b'x'; 3 * 8192 + 5];
+        let (kept, dropped) = read_capped(&big[..], 10_000).await.unwrap();
+        assert_eq!((kept.len(), dropped), (10_000, true));
+        let (kept, dropped) = read_capped(&big[..], big.len()).await.unwrap();
+        assert_eq!((kept.len(), dropped), (big.len(), false));
     }
 }

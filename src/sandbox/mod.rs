@@ -62,16 +62,48 @@ pub enum SandboxError {
     NotReady(String),
     #[error("reading the statistics of pod sandbox {id}: {error}")]
     Stats { id: String, error: String },
-    #[error("failed to {step}: {error}{}", cleanup_note(.cleanup))]
+    #[error("failed to {step}: {cause}{}", cleanup_note(.cleanup))]
     Run {
         step: &'static str,
-        error: String,
+        /// Boxed: a CNI or monitor error is large, and container errors carry sandbox errors.
+        cause: Box<RunFailure>,
         cleanup: Option<String>,
     },
     #[error("stopping pod sandbox {id}: {errors}")]
     Teardown { id: String, errors: String },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+}
+
+/// Why a step of RunPodSandbox failed, kept typed so the status table can tell a CNI plugin's
+/// refusal from a full disk from a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum RunFailure {
+    #[error(transparent)]
+    Cni(#[from] crate::network::CniError),
+    #[error(transparent)]
+    Monitor(#[from] crate::monitor::MonitorError),
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The task running the request failed (a panic, or the runtime shutting down).
+    #[error("{0}")]
+    Task(String),
+}
+
+impl RunFailure {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunFailure + '_ {
+        move |source| RunFailure::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {
@@ -145,11 +177,6 @@ impl Entry {
         {
             w.abort();
         }
-    }
-    fn update(&self, f: impl FnOnce(&mut SandboxRecord)) -> Arc<SandboxRecord> {
-        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        f(Arc::make_mut(&mut r));
-        r.clone()
     }
 }
 
@@ -265,6 +292,22 @@ impl Sandboxes {
         crate::store::save(&SandboxContext::record_path(&record.dir), record)?;
         Ok(())
     }
+
+    /// Changes the record of a sandbox whose op lock the caller holds: the changed record is
+    /// saved first and replaces the one in memory only once it is on disk, so a failed save
+    /// leaves memory and disk as they were and returns the error.
+    fn commit(
+        &self,
+        entry: &Entry,
+        f: impl FnOnce(&mut SandboxRecord),
+    ) -> Result<Arc<SandboxRecord>, SandboxError> {
+        let mut next = SandboxRecord::clone(&entry.snapshot());
+        f(&mut next);
+        self.save(&next)?;
+        let next = Arc::new(next);
+        *entry.record.lock().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        Ok(next)
+    }
 }
 
 /// Runs a lifecycle verb to its end even if the caller goes away. A gRPC handler's future is
@@ -280,7 +323,7 @@ async fn detached<T: Send + 'static>(
         .unwrap_or_else(|e| {
             Err(SandboxError::Run {
                 step: "finish the request",
-                error: e.to_string(),
+                cause: Box::new(RunFailure::Task(e.to_string())),
                 cleanup: None,
             })
         })

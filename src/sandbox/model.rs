@@ -146,6 +146,10 @@ pub struct SandboxRecord {
     pub cgroup: String,
     pub network: Option<NetworkState>,
     pub dir: PathBuf,
+    /// Why the sandbox is not ready although it should be: what its last teardown or rollback
+    /// could not release (Stop and Remove retry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 impl crate::store::Record for SandboxRecord {

@@ -34,9 +34,13 @@ impl Sandboxes {
                 .and_then(|n| n.to_str())
                 .unwrap_or_default()
                 .to_owned();
+            // A writer killed mid-save leaves its temporary file behind.
+            crate::store::remove_stale_temps(&dir);
             match crate::store::load::<SandboxRecord>(&SandboxContext::record_path(&dir)) {
                 Ok(record) if record.phase == Phase::Creating => {
-                    self.roll_back(&record, &mut summary).await;
+                    if !self.roll_back(&record, &mut summary).await {
+                        known.insert(id);
+                    }
                 }
                 Ok(record) => {
                     known.insert(id);
@@ -56,16 +60,28 @@ impl Sandboxes {
         summary
     }
 
-    async fn roll_back(&self, record: &SandboxRecord, summary: &mut RecoverySummary) {
+    /// Undoes a half-created sandbox; false when that failed and the sandbox is kept.
+    async fn roll_back(&self, record: &SandboxRecord, summary: &mut RecoverySummary) -> bool {
         match teardown::release(&self.ctx, record).await {
             Ok(()) => {
                 let _ = std::fs::remove_dir_all(&record.dir);
                 tracing::info!(pod_id = %record.id, "rolled back half-created sandbox");
                 summary.rolled_back += 1;
+                true
             }
             Err(e) => {
+                // Kept listed, not ready, with the reason: Stop and Remove retry the release,
+                // and nothing the sandbox still holds is invisible.
                 tracing::error!(pod_id = %record.id, error = %e, "rolling back half-created sandbox");
                 summary.failed += 1;
+                let mut kept = record.clone();
+                kept.phase = Phase::Exited;
+                kept.problem = Some(format!("rolling back after a restart: {e}"));
+                if let Err(e) = self.save(&kept) {
+                    tracing::error!(pod_id = %kept.id, error = %e, "saving sandbox record");
+                }
+                self.insert(kept);
+                false
             }
         }
     }
@@ -137,6 +153,66 @@ impl SandboxRecord {
             cgroup: String::new(),
             network: None,
             id,
+            problem: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::network::{Cni, CniSettings};
+    use crate::sandbox::{CgroupSettings, SandboxContext};
+
+    fn sandboxes(state: &std::path::Path) -> Arc<Sandboxes> {
+        let cni = Cni::new(CniSettings {
+            conf_dir: state.join("net.d"),
+            conf_template: None,
+            bin_dirs: vec![],
+            plugin_timeout: Duration::from_secs(1),
+        });
+        Sandboxes::new(SandboxContext {
+            state_dir: state.to_owned(),
+            exe: "/bin/false".into(),
+            cni: Arc::new(cni),
+            cgroups: CgroupSettings::detect(
+                crate::config::CgroupDriver::Cgroupfs,
+                "/crust-unit".into(),
+                state.join("cgroup"),
+            ),
+            default_handler: "runc".into(),
+            handlers: vec!["runc".into()],
+            monitor_timeout: Duration::from_secs(1),
+        })
+    }
+
+    #[test]
+    fn a_failed_save_leaves_memory_and_disk_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sandboxes(dir.path());
+        let mut record = SandboxRecord::orphan(&s.ctx, "abc".into());
+        record.phase = Phase::Ready;
+        std::fs::create_dir_all(&record.dir).unwrap();
+        s.save(&record).unwrap();
+        let entry = s.insert(record.clone());
+        let stopped = s.commit(&entry, |r| r.phase = Phase::Stopped).unwrap();
+        assert_eq!(stopped.phase, Phase::Stopped);
+        assert_eq!(entry.snapshot().phase, Phase::Stopped);
+
+        // A directory in the record's place: the rename fails after the temp file is written.
+        let path = SandboxContext::record_path(&record.dir);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir_all(path.join("x")).unwrap();
+        let err = s.commit(&entry, |r| r.phase = Phase::Exited).unwrap_err();
+        assert!(err.to_string().contains("sandbox.json"), "{err}");
+        assert_eq!(entry.snapshot().phase, Phase::Stopped, "memory unchanged");
+        assert!(path.join("x").is_dir(), "disk unchanged");
+        let names: Vec<_> = std::fs::read_dir(&record.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["sandbox.json"], "no temp file left");
     }
 }

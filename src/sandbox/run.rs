@@ -7,12 +7,13 @@ use std::sync::Arc;
 use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
 use super::teardown::Timed;
 use super::{
-    Entry, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown, validate,
+    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown,
+    validate,
 };
 use crate::monitor::{self, MonitorConfig, NamespacePins};
 use crate::network::{Attachment, PortMapping};
 
-type StepError = (&'static str, String);
+type StepError = (&'static str, RunFailure);
 
 impl Sandboxes {
     /// Creates and starts a pod sandbox; returns its id.
@@ -60,15 +61,15 @@ impl Sandboxes {
     ) -> Result<(), SandboxError> {
         let mut record = plan(&self.ctx, id, spec, handler)?;
         let hostname = pod_hostname(&record.spec);
-        if let Err(e) = prepare(&record, &hostname).and_then(|()| {
-            self.save(&record)
-                .map_err(|e| std::io::Error::other(e.to_string()))
+        if let Err((step, cause)) = prepare(&record, &hostname).and_then(|()| {
+            crate::store::save(&SandboxContext::record_path(&record.dir), &record)
+                .map_err(|e| ("save sandbox record", e.into()))
         }) {
             let _ = files::unmount_shm(&record.dir);
             let _ = std::fs::remove_dir_all(&record.dir);
             return Err(SandboxError::Run {
-                step: "prepare sandbox directory",
-                error: format!("{}: {e}", record.dir.display()),
+                step,
+                cause: Box::new(cause),
                 cleanup: None,
             });
         }
@@ -76,19 +77,19 @@ impl Sandboxes {
         let saved = match brought_up {
             Ok(()) => {
                 record.phase = Phase::Ready;
-                self.save(&record)
-                    .map_err(|e| ("save sandbox record", e.to_string()))
+                crate::store::save(&SandboxContext::record_path(&record.dir), &record)
+                    .map_err(|e| ("save sandbox record", e.into()))
             }
             Err(e) => Err(e),
         };
-        if let Err((step, error)) = saved {
+        if let Err((step, cause)) = saved {
             let cleanup = teardown::release(&self.ctx, &record).await.err();
             if cleanup.is_none() {
                 let _ = std::fs::remove_dir_all(&record.dir);
             }
             return Err(SandboxError::Run {
                 step,
-                error,
+                cause: Box::new(cause),
                 cleanup,
             });
         }
@@ -114,17 +115,24 @@ impl Sandboxes {
             let (Some(me), Some(entry)) = (me.upgrade(), watched.upgrade()) else {
                 return;
             };
-            let rec = entry.update(|r| {
-                if r.phase == Phase::Ready && r.monitor == Some(identity) {
-                    r.phase = Phase::Exited;
-                }
+            // The same lock as Stop and Remove: the record changes under one writer at a time
+            // (Stop aborts this task once it holds the lock).
+            let _op = entry.op.clone().lock_owned().await;
+            let rec = entry.snapshot();
+            if rec.phase != Phase::Ready || rec.monitor != Some(identity) {
+                return;
+            }
+            if !me.table().by_id.contains_key(&rec.id) {
+                return;
+            }
+            tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
+            crate::metrics::monitor_died();
+            let exited = me.commit(&entry, |r| {
+                r.phase = Phase::Exited;
+                r.problem = Some(format!("the pod monitor (pid {}) exited", identity.pid));
             });
-            if rec.phase == Phase::Exited {
-                crate::metrics::monitor_died();
-                tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
-                if let Err(e) = me.save(&rec) {
-                    tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
-                }
+            if let Err(e) = exited {
+                tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
             }
         });
         *entry.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
@@ -172,6 +180,7 @@ fn plan(
         network,
         spec,
         id,
+        problem: None,
     })
 }
 
@@ -213,15 +222,19 @@ fn pod_hostname(spec: &SandboxSpec) -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-fn prepare(record: &SandboxRecord, hostname: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(&record.dir)?;
+fn prepare(record: &SandboxRecord, hostname: &str) -> Result<(), StepError> {
+    let step = "prepare sandbox directory";
+    let dir = &record.dir;
+    std::fs::create_dir_all(dir).map_err(|e| (step, RunFailure::io(dir)(e)))?;
     // Container logs go here; kubelet owns the directory afterwards (it is never removed here).
+    let logs = std::path::Path::new(&record.spec.log_directory);
     if !record.spec.log_directory.is_empty() {
-        std::fs::create_dir_all(&record.spec.log_directory)?;
+        std::fs::create_dir_all(logs)
+            .map_err(|e| ("create the log directory", RunFailure::io(logs)(e)))?;
     }
-    files::write(&record.dir, &record.spec, hostname)?;
+    files::write(dir, &record.spec, hostname).map_err(|e| (step, RunFailure::io(dir)(e)))?;
     if record.pins.ipc.is_some() {
-        files::mount_shm(&record.dir)?;
+        files::mount_shm(dir).map_err(|e| ("mount the pod's /dev/shm", RunFailure::io(dir)(e)))?;
     }
     Ok(())
 }
@@ -246,7 +259,7 @@ async fn bring_up(
     let started = Timed::start("monitor ready");
     let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)
         .await
-        .map_err(|e| ("start the pod monitor", e.to_string()))?;
+        .map_err(|e| ("start the pod monitor", e.into()))?;
     drop(started);
     record.monitor = Some(handle.identity);
     let network = async {
@@ -267,9 +280,9 @@ async fn bring_up(
         cgroups.create_pod(&path, &pids)
     });
     let (net, cg) = tokio::join!(network, cgroup);
-    let net = net.map_err(|e| ("set up the pod network", e.to_string()))?;
-    cg.map_err(|e| ("create the pod cgroup", e.to_string()))?
-        .map_err(|e| ("create the pod cgroup", e.to_string()))?;
+    let net = net.map_err(|e| ("set up the pod network", e.into()))?;
+    cg.map_err(|e| ("create the pod cgroup", RunFailure::Task(e.to_string())))?
+        .map_err(|e| ("create the pod cgroup", e.into()))?;
     if let (Some(state), Some(result)) = (record.network.as_mut(), net) {
         state.result = Some(result);
     }

@@ -67,6 +67,7 @@ impl SandboxView {
         let r = &self.record;
         json!({
             "phase": r.phase,
+            "problem": r.problem,
             "runtimeHandler": r.runtime_handler,
             "monitor": r.monitor,
             "namespaces": r.pins,

@@ -27,14 +27,16 @@ impl Sandboxes {
         }
         held.entry.stop_watching();
         let released = teardown::release(&self.ctx, &record).await;
-        let record = held.entry.update(|r| {
-            r.phase = if released.is_ok() {
-                Phase::Stopped
-            } else {
-                Phase::Exited
-            };
-        });
-        self.save(&record)?;
+        self.commit(&held.entry, |r| match &released {
+            Ok(()) => {
+                r.phase = Phase::Stopped;
+                r.problem = None;
+            }
+            Err(errors) => {
+                r.phase = Phase::Exited;
+                r.problem = Some(format!("stopping: {errors}"));
+            }
+        })?;
         released.map_err(|errors| SandboxError::Teardown {
             id: held.id.clone(),
             errors,

@@ -82,12 +82,19 @@ fn name_field(field: &str, v: &str) -> Result<(), String> {
             v.len()
         ));
     }
-    if has_control(v) || v.contains('/') || v.contains("..") {
+    // These flow into CNI_ARGS (`K=V;K=V`) and into log and cgroup names: only what a
+    // Kubernetes name or uid can hold is let through.
+    if !v.chars().all(name_char) || v.contains("..") {
         return Err(format!(
-            "{field} {v:?} contains '/', '..' or a control character"
+            "{field} {v:?} may hold only letters, digits, '-', '.' and '_' \
+             (not '/', '..', ';', '=', white space or a control character)"
         ));
     }
     Ok(())
+}
+
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')
 }
 
 fn hostname(v: &str) -> Result<(), String> {
@@ -220,6 +227,25 @@ mod tests {
         assert!(err(|s| s.metadata.namespace = "a/b".into()).contains("'/'"));
         assert!(err(|s| s.metadata.name = "..".into()).contains("'..'"));
         assert!(err(|s| s.metadata.name = "a\nb".into()).contains("control"));
+        // CNI_ARGS is `K=V;K=V`: a name must not add or split pairs.
+        for bad in ["a;K8S_POD_NAME=b", "a=b", "a b", "a,b", "ä", "a:b"] {
+            assert!(
+                err(|s| s.metadata.name = bad.into()).contains("metadata.name"),
+                "{bad}"
+            );
+            assert!(
+                err(|s| s.metadata.uid = bad.into()).contains("metadata.uid"),
+                "{bad}"
+            );
+            assert!(
+                err(|s| s.metadata.namespace = bad.into()).contains("namespace"),
+                "{bad}"
+            );
+        }
+        let mut ok = good();
+        ok.metadata.name = "kube-proxy-node_1.example".into();
+        ok.metadata.uid = "6B29FC40-CA47-1067-B31D-00DD010662DA".into();
+        spec(&ok).unwrap();
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -82,24 +83,70 @@ pub fn load<T: Record>(path: &Path) -> Result<T, StoreError> {
 }
 
 /// Replaces `path` with `bytes` so that readers see the old or the new content, never a mix.
+///
+/// Each call writes a temporary file of its own (`.<name>.<pid>.<n>.tmp`, created exclusively):
+/// two writers of one record, in this process or another (a monitor and the daemon), never
+/// write into each other's file, and the last rename wins whole. On failure the temporary file
+/// is removed and `path` is left as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),
         source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("record")
-    ));
-    let mut f = File::create(&tmp).map_err(err)?;
-    f.write_all(bytes).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(err)?;
+    let tmp = dir.join(temp_name(path));
+    let written = (|| {
+        let mut f = File::options().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(err(e));
+    }
     File::open(dir).and_then(|d| d.sync_all()).map_err(err)
+}
+
+/// A temporary name no other writer uses at the same time: the pid tells processes apart, the
+/// counter calls within one process.
+fn temp_name(path: &Path) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("record");
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}.{}.{n}{TEMP_SUFFIX}", std::process::id())
+}
+
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Removes from `dir` the temporary files of writers that died mid-write (at start); a file
+/// whose writer still runs (a monitor saving an exit while the daemon restarts) is left alone.
+/// Returns how many were removed.
+pub fn remove_stale_temps(dir: &Path) -> usize {
+    let stale = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with('.')
+                && name.ends_with(TEMP_SUFFIX)
+                && !temp_writer(&name)
+                    .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        });
+    stale.filter(|e| fs::remove_file(e.path()).is_ok()).count()
+}
+
+/// The pid in a temporary file's name (`.<name>.<pid>.<n>.tmp`).
+fn temp_writer(name: &str) -> Option<u32> {
+    let mut parts = name.strip_suffix(TEMP_SUFFIX)?.rsplit('.');
+    let _n = parts.next()?;
+    parts.next()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -148,6 +195,77 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["thing.json"], "no temp file is left behind");
+    }
+
+    fn temps(dir: &Path) -> usize {
+        fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(TEMP_SUFFIX))
+            .count()
+    }
+
+    #[test]
+    fn concurrent_writers_never_share_a_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.json");
+        let writers: Vec<_> = (0..8u64)
+            .map(|n| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let name = format!("writer {n} round {i} {}", "x".repeat(4096));
+                        save(&p, &Thing { name, n }).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        // Whichever writer renamed last, the record is whole.
+        let last = load::<Thing>(&p).unwrap();
+        assert!(
+            last.name
+                .starts_with(&format!("writer {} round 49", last.n))
+        );
+        assert_eq!(temps(dir.path()), 0, "no temp file is left behind");
+    }
+
+    #[test]
+    fn a_failed_write_returns_the_error_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory in the record's place: the rename fails after the temp file was written.
+        let p = dir.path().join("r.json");
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("x"), "x").unwrap();
+        let e = save(
+            &p,
+            &Thing {
+                name: "new".into(),
+                n: 2,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Write { path, .. } if path == &p),
+            "{e}"
+        );
+        assert_eq!(temps(dir.path()), 0, "the temp file went with the error");
+        assert!(p.join("x").exists(), "what was there is untouched");
+    }
+
+    #[test]
+    fn stale_temporary_files_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        // Above the kernel's largest pid_max: this writer cannot be alive.
+        fs::write(dir.path().join(".r.json.4194305.0.tmp"), "half").unwrap();
+        let live = format!(".r.json.{}.7.tmp", std::process::id());
+        fs::write(dir.path().join(&live), "being written").unwrap();
+        fs::write(dir.path().join("r.json"), "whole").unwrap();
+        assert_eq!(remove_stale_temps(dir.path()), 1);
+        assert!(dir.path().join("r.json").exists());
+        assert!(dir.path().join(live).exists(), "a live writer's file stays");
     }
 
     #[test]
