@@ -145,6 +145,12 @@ impl CgroupSettings {
                 let rel = self.relative_dir(path);
                 let dir = root.join(rel.strip_prefix("/").unwrap_or(&rel));
                 remove_children(&dir).map_err(|e| err(path, e))?;
+                // What is left in the cgroup itself goes too: a container's init parked before
+                // StartContainer when the daemon died mid-create keeps its cgroup busy, and
+                // nobody else would ever kill it.
+                if dir.is_dir() {
+                    kill_and_remove(&dir).map_err(|e| err(path, e))?;
+                }
             }
         }
         self.manager(path)?.remove().map_err(|e| err(path, e))
@@ -220,8 +226,7 @@ fn remove_children(dir: &Path) -> std::io::Result<()> {
         if e.file_type().is_ok_and(|t| t.is_dir()) {
             let child = e.path();
             remove_children(&child)?;
-            kill_members(&child);
-            remove_dir_with_retry(&child)?;
+            kill_and_remove(&child)?;
         }
     }
     Ok(())
@@ -240,19 +245,24 @@ fn kill_members(dir: &Path) {
     }
 }
 
-/// A cgroup is busy until the kernel finished the exits of its killed members.
-fn remove_dir_with_retry(dir: &Path) -> std::io::Result<()> {
+/// Kills the cgroup's members and removes it. A cgroup is busy until the kernel finished the
+/// exits of its killed members, and a process still being created there (libcontainer's
+/// intermediate process forking the container's init) adds members after a kill, so each
+/// retry kills again.
+fn kill_and_remove(dir: &Path) -> std::io::Result<()> {
     let mut delay = Duration::from_millis(1);
-    for _ in 0..12 {
+    for _ in 0..14 {
+        kill_members(dir);
         match std::fs::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(_) => {
                 std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_millis(100));
+                delay = (delay * 2).min(Duration::from_millis(250));
             }
         }
     }
+    kill_members(dir);
     std::fs::remove_dir(dir)
 }
 
