@@ -37,10 +37,13 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
         SandboxError::NameTaken { .. } => Code::AlreadyExists,
         SandboxError::NotFound(_) => Code::NotFound,
-        SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => Code::FailedPrecondition,
+        SandboxError::NetworkNotReady(_)
+        | SandboxError::NotReady(_)
+        | SandboxError::NotRunning(_) => Code::FailedPrecondition,
         SandboxError::Run { .. }
         | SandboxError::Teardown { .. }
         | SandboxError::Stats { .. }
+        | SandboxError::Resources { .. }
         | SandboxError::Store(_) => Code::Internal,
     }
 }

@@ -19,6 +19,7 @@ mod stats;
 mod status;
 mod stop;
 mod teardown;
+mod update;
 mod validate;
 
 use std::collections::HashMap;
@@ -59,6 +60,10 @@ pub enum SandboxError {
     NetworkNotReady(String),
     #[error("pod sandbox {0} is not ready: it has no running processes to measure")]
     NotReady(String),
+    #[error("pod sandbox {0} is not ready: its resources cannot change")]
+    NotRunning(String),
+    #[error("applying resources to pod sandbox {id}: {error}")]
+    Resources { id: String, error: String },
     #[error("reading the statistics of pod sandbox {id}: {error}")]
     Stats { id: String, error: String },
     #[error("failed to {step}: {error}{}", cleanup_note(.cleanup))]
