@@ -381,6 +381,18 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     );
     let own = e.sh(&id, "cat /proc/self/cgroup").await;
     assert_eq!(own.trim(), "0::/");
+    // Pod stats cover the pod's slice: the container's scope too, not the monitor's alone.
+    let in_pod_scope = read(&pod_dir, "cgroup.procs").lines().count() as u64;
+    let stats =
+        e.c.pod_sandbox_stats(pb::PodSandboxStatsRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let linux = stats.stats.unwrap().linux.unwrap();
+    let processes = linux.process.unwrap().process_count.unwrap().value;
+    assert!(processes > in_pod_scope, "{processes} processes in the pod");
     e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
         container_id: id.clone(),
         linux: Some(limits(128 << 20, 128 << 20, 256, 20_000)),

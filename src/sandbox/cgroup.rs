@@ -15,6 +15,7 @@ use std::time::Duration;
 use libcgroups::common::{AnyCgroupManager, CgroupConfig, CgroupManager, CgroupSetup};
 
 use crate::config::CgroupDriver;
+use crate::stats::CgroupSample;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -153,6 +154,39 @@ impl CgroupSettings {
     /// The cgroup's cpu, memory and pids statistics.
     pub fn stats(&self, path: &str) -> Result<libcgroups::stats::Stats, CgroupError> {
         self.manager(path)?.stats().map_err(|e| err(path, e))
+    }
+
+    /// A sample of everything in pod `pod`: its pod cgroup with cgroupfs; with systemd, the
+    /// slice its scopes sit in, which kubelet makes per pod (the pod's cgroup_parent). A pod
+    /// in the default parent shares that slice, so its monitor's scope is all it has. On v2
+    /// the files are read directly (see `stats::read_v2`).
+    pub fn pod_sample(&self, pod: &str, timestamp: i64) -> Result<CgroupSample, CgroupError> {
+        let slice = pod.split(':').next().unwrap_or_default();
+        let whole_slice = self.driver == CgroupDriver::Systemd && slice != self.default_parent;
+        let rel = if whole_slice {
+            let scope = systemd_dir(pod);
+            scope.parent().unwrap_or(Path::new("/")).to_path_buf()
+        } else {
+            self.relative_dir(pod)
+        };
+        if self.unified {
+            let dir = self.root.join(rel.strip_prefix("/").unwrap_or(&rel));
+            return crate::stats::read_v2(&dir, timestamp).map_err(|e| err(pod, e));
+        }
+        let stats = if whole_slice {
+            let config = CgroupConfig {
+                cgroup_path: rel,
+                systemd_cgroup: false,
+                container_name: String::new(),
+            };
+            libcgroups::common::create_cgroup_manager_with_root(Some(&self.root), config)
+                .map_err(|e| err(slice, e))?
+                .stats()
+                .map_err(|e| err(slice, e))?
+        } else {
+            self.stats(pod)?
+        };
+        Ok(CgroupSample::from_stats(&stats, timestamp))
     }
 
     /// The pids in the cgroup (empty when it does not exist).

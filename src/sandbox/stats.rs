@@ -42,15 +42,14 @@ impl Sandboxes {
             _ => return Err(SandboxError::NotReady(record.id.clone())),
         };
         let timestamp = super::now_nanos();
-        let raw =
-            self.context()
-                .cgroups
-                .stats(&record.cgroup)
-                .map_err(|e| SandboxError::Stats {
-                    id: record.id.clone(),
-                    error: e.to_string(),
-                })?;
-        let mut cgroup = CgroupSample::from_stats(&raw, timestamp);
+        let mut cgroup = self
+            .context()
+            .cgroups
+            .pod_sample(&record.cgroup, timestamp)
+            .map_err(|e| SandboxError::Stats {
+                id: record.id.clone(),
+                error: e.to_string(),
+            })?;
         self.cpu_rates.rate(&record.id, &mut cgroup);
         let interfaces = match &record.network {
             Some(net) => {

@@ -1,5 +1,6 @@
 //! Resource statistics for pods (and, later, containers), as plain values the CRI adapter
-//! encodes: a cgroup's cpu, memory and process count (read by libcgroups, v1 or v2) and a network
+//! encodes: a cgroup's cpu, memory and process count (read by libcgroups on v1, from the files
+//! themselves on v2) and a network
 //! namespace's interface counters (`/proc/<pid>/net/dev` of a process inside it).
 //!
 //! kubelet reads CPU as a rate (`usage_nano_cores`, for eviction and autoscaling), which needs
@@ -76,6 +77,43 @@ impl CgroupSample {
     }
 }
 
+/// A cgroup v2 directory's sample from its own files (cpu.stat, memory.current, memory.max,
+/// memory.stat, pids.current). libcgroups' v2 stats also read every other controller's files
+/// and fail where one is not enabled: systemd enables no hugetlb in the slices it makes.
+pub fn read_v2(dir: &std::path::Path, timestamp: i64) -> std::io::Result<CgroupSample> {
+    let read = |file: &str| std::fs::read_to_string(dir.join(file));
+    let number = |text: &str| text.trim().parse::<u64>().unwrap_or(0);
+    let keyed = |text: &str, key: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .find(|(k, _)| *k == key)
+            .map_or(0, |(_, v)| number(v))
+    };
+    let cpu = read("cpu.stat")?;
+    let stat = read("memory.stat")?;
+    let usage = number(&read("memory.current")?);
+    // "max" is no limit, as is an unreadable file.
+    let limit = read("memory.max")
+        .ok()
+        .and_then(|l| l.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let working_set = usage.saturating_sub(keyed(&stat, "inactive_file"));
+    Ok(CgroupSample {
+        timestamp,
+        cpu_usage_ns: keyed(&cpu, "usage_usec").saturating_mul(1000),
+        cpu_nano_cores: None,
+        memory: Memory {
+            working_set,
+            available: (limit < UNLIMITED).then(|| limit.saturating_sub(working_set)),
+            usage,
+            rss: keyed(&stat, "anon"),
+            page_faults: keyed(&stat, "pgfault"),
+            major_page_faults: keyed(&stat, "pgmajfault"),
+        },
+        processes: number(&read("pids.current")?),
+    })
+}
+
 /// The previous CPU reading per key (a pod id), to turn cumulative usage into a rate.
 #[derive(Debug, Default)]
 pub struct CpuRates {
@@ -135,6 +173,39 @@ fn parse_net_dev(text: &str) -> Vec<Interface> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v2_files_make_a_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |f: &str, t: &str| std::fs::write(dir.path().join(f), t).unwrap();
+        w(
+            "cpu.stat",
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
+        );
+        w("memory.current", "10000\n");
+        w("memory.max", "max\n");
+        w(
+            "memory.stat",
+            "anon 4000\nfile 5000\ninactive_file 3000\npgfault 7\npgmajfault 2\n",
+        );
+        w("pids.current", "3\n");
+        let s = read_v2(dir.path(), 42).unwrap();
+        assert_eq!(
+            (s.timestamp, s.cpu_usage_ns, s.processes),
+            (42, 1_500_000, 3)
+        );
+        let m = &s.memory;
+        assert_eq!((m.usage, m.working_set, m.available), (10_000, 7000, None));
+        assert_eq!((m.rss, m.page_faults, m.major_page_faults), (4000, 7, 2));
+        w("memory.max", "20000\n");
+        assert_eq!(
+            read_v2(dir.path(), 0).unwrap().memory.available,
+            Some(13_000)
+        );
+        // No hugetlb, io or cpuset file is needed; a missing cpu.stat is an error.
+        std::fs::remove_file(dir.path().join("cpu.stat")).unwrap();
+        assert!(read_v2(dir.path(), 0).is_err());
+    }
 
     #[test]
     fn net_dev_counters_without_loopback() {
