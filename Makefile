@@ -8,7 +8,7 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
-.PHONY: all build run test soak lint bench bench-images critest tools kubelet containerd clean
+.PHONY: all build run test soak cgroupv2-test lint bench bench-images critest tools kubelet containerd clean
 
 all: build
 
@@ -24,13 +24,22 @@ run:
 	./target/release/crust serve $(ARGS)
 
 ## Every test: unit, integration (real daemon, namespaces, CNI, registry), then the whole critest
-## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps).
+## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps),
+## then the cgroup tests again on pure cgroup v2 in a VM, with either driver (hack/cgroupv2-tests.sh).
 test:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
+	hack/cgroupv2-tests.sh
+
+## The cgroup tests alone, in the cgroup v2 guest (cgroupfs driver, then systemd as PID 1 with the
+## systemd driver); CGROUPV2=cgroupfs or systemd runs one of the two.
+cgroupv2-test:
+	hack/install-deps.sh test
+	$(CARGO) build --bins
+	hack/cgroupv2-tests.sh $(CGROUPV2)
 
 ## Churn by hand: pods with a running container created and removed by CRUST_SOAK_CLIENTS
 ## clients (4) for CRUST_SOAK_SECS seconds (600) after CRUST_SOAK_WARMUP_SECS (120) of warm-up,

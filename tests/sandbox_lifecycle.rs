@@ -107,11 +107,10 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
     );
     // The pod cgroup exists and holds the monitor (in its leaf: the pod's containers get
     // leaves of their own beside it).
-    let procs = std::fs::read_to_string(format!(
-        "/sys/fs/cgroup/memory{}/crust-{id}/monitor/cgroup.procs",
-        d.cgroup_parent
-    ))
-    .unwrap();
+    let monitor_cgroup = format!("{}/crust-{id}/monitor", d.cgroup_parent);
+    let procs =
+        std::fs::read_to_string(Daemon::cgroup_dir(&monitor_cgroup, "memory").join("cgroup.procs"))
+            .unwrap();
     assert!(
         procs.lines().any(|l| l == pid_s),
         "monitor {pid} is in the pod cgroup: {procs}"
@@ -427,17 +426,22 @@ async fn concurrent_pods_get_distinct_addresses_and_all_clean_up() {
     assert!(Daemon::entries(&d.ns_dir()).is_empty());
 }
 
-/// Moves `pid` into the pod cgroup `path` in every hierarchy that has it (v1 or v2).
+/// Moves `pid` into the pod cgroup `path` in every hierarchy that has it: on v2 into a leaf
+/// `worker` of it (no process may sit in a cgroup that has children), on v1 into the pod
+/// cgroup itself (a new v1 cpuset cgroup would have no CPUs).
 fn join_pod_cgroup(path: &str, pid: u32) {
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let mut joined = 0;
     let roots = std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten();
     for root in roots
         .map(|e| e.path())
         .chain([std::path::PathBuf::from("/sys/fs/cgroup")])
     {
-        let procs = root.join(path.trim_start_matches('/')).join("cgroup.procs");
-        if procs.exists() {
-            std::fs::write(&procs, pid.to_string()).unwrap();
+        let pod = root.join(path.trim_start_matches('/'));
+        if pod.join("cgroup.procs").exists() {
+            let leaf = if v2 { pod.join("worker") } else { pod };
+            std::fs::create_dir_all(&leaf).unwrap();
+            std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).unwrap();
             joined += 1;
         }
     }
@@ -474,12 +478,23 @@ async fn pod_stats_measure_the_pod_cgroup_and_network() {
         .unwrap();
     join_pod_cgroup(info["cgroup"].as_str().unwrap(), worker.id());
     writeln!(worker.stdin.as_mut().unwrap(), "go").unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
     let stats = |id: &str| pb::PodSandboxStatsRequest {
         pod_sandbox_id: id.into(),
     };
-    let first = c.pod_sandbox_stats(stats(&id)).await.unwrap().into_inner();
+    // Until the worker has burnt a millisecond (which takes longer under emulation).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let first = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let s = c.pod_sandbox_stats(stats(&id)).await.unwrap().into_inner();
+        let cpu = s.stats.as_ref().and_then(|s| s.linux.as_ref()?.cpu);
+        let used = cpu
+            .and_then(|c| c.usage_core_nano_seconds)
+            .map_or(0, |u| u.value);
+        if used > 1_000_000 || std::time::Instant::now() > deadline {
+            break s;
+        }
+    };
     let second = c.pod_sandbox_stats(stats(&id)).await.unwrap().into_inner();
     let _ = worker.kill();
     let _ = worker.wait();

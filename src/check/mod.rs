@@ -31,7 +31,7 @@ pub fn run(config: &Config) -> Vec<String> {
     let checks: Vec<(&str, Finding)> = vec![
         ("root", root().into()),
         ("namespaces", namespaces().into()),
-        ("cgroups", cgroups().into()),
+        ("cgroups", cgroups(config).into()),
         ("controllers", containers::controllers()),
         ("overlayfs", overlayfs().into()),
         ("seccomp", containers::seccomp()),
@@ -75,11 +75,24 @@ fn namespaces() -> Result<String, String> {
     }
 }
 
-fn cgroups() -> Result<String, String> {
-    match libcgroups::common::get_cgroup_setup() {
-        Ok(setup) => Ok(format!("{setup:?} hierarchy at /sys/fs/cgroup")),
-        Err(e) => Err(format!("cannot detect the cgroup setup: {e}")),
+/// The hierarchy and the driver in use; the systemd driver needs systemd as the init system
+/// (it creates scopes over D-Bus), which `/run/systemd/system` tells, as sd_booted(3) does.
+fn cgroups(config: &Config) -> Result<String, String> {
+    let setup = libcgroups::common::get_cgroup_setup()
+        .map_err(|e| format!("cannot detect the cgroup setup: {e}"))?;
+    let driver = match config.cgroup_driver {
+        crate::config::CgroupDriver::Cgroupfs => "cgroupfs",
+        crate::config::CgroupDriver::Systemd => "systemd",
+    };
+    if driver == "systemd" && !Path::new("/run/systemd/system").is_dir() {
+        return Err(
+            "cgroup_driver is systemd but systemd is not the init system (no /run/systemd/system)"
+                .into(),
+        );
     }
+    Ok(format!(
+        "{setup:?} hierarchy at /sys/fs/cgroup, {driver} driver"
+    ))
 }
 
 fn overlayfs() -> Result<String, String> {

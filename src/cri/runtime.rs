@@ -457,9 +457,25 @@ impl RuntimeService for RuntimeServer {
 
     async fn update_pod_sandbox_resources(
         &self,
-        _: Request<pb::UpdatePodSandboxResourcesRequest>,
+        req: Request<pb::UpdatePodSandboxResourcesRequest>,
     ) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
-        Err(unimplemented("UpdatePodSandboxResources"))
+        let req = req.into_inner();
+        let id = req.pod_sandbox_id;
+        let resources = req.resources.map(super::container::resources);
+        let overhead = req.overhead.map(super::container::resources);
+        async {
+            self.sandboxes
+                .update_resources(
+                    &id,
+                    resources.unwrap_or_default(),
+                    overhead.unwrap_or_default(),
+                )
+                .await
+                .inspect_err(log_err)?;
+            Ok(Response::new(pb::UpdatePodSandboxResourcesResponse {}))
+        }
+        .instrument(tracing::info_span!("UpdatePodSandboxResources", pod_id = %id))
+        .await
     }
 
     async fn stream_containers(

@@ -38,7 +38,12 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::UnknownHandler { .. } => Code::InvalidArgument,
         SandboxError::NameTaken { .. } => Code::AlreadyExists,
         SandboxError::NotFound(_) => Code::NotFound,
-        SandboxError::NetworkNotReady(_) | SandboxError::NotReady(_) => Code::FailedPrecondition,
+        SandboxError::NetworkNotReady(_)
+        | SandboxError::NotReady(_)
+        | SandboxError::NotRunning(_) => Code::FailedPrecondition,
+        // The kernel refused a value for this pod's cgroup (a memory limit under its usage, a
+        // cpuset outside the node's): the node's state, not a bug.
+        SandboxError::Resources { .. } => Code::FailedPrecondition,
         SandboxError::Run { cause, .. } => run_code(cause),
         // What is left can be released by another Stop or Remove.
         SandboxError::Teardown { .. } => Code::Unavailable,

@@ -39,7 +39,7 @@ use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
 
 pub use process::exec_process;
-pub use resources::container_resources;
+pub use resources::{container_resources, pod_resources};
 pub use seccomp::{SeccompProfile, parse_seccomp_profile};
 pub use security::parse_capability;
 pub use signal::{parse_signal, stop_signal};

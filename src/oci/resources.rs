@@ -47,6 +47,52 @@ pub fn container_resources(
     Ok(out)
 }
 
+/// The limits of a whole pod for UpdatePodSandboxResources: `resources` (the sum of its
+/// containers', as kubelet computes it) plus the runtime class's `overhead`, each figure left
+/// out where the pod sets none. CPU quotas are added at the pod's period (100 ms unless set).
+/// No swap limit: kubelet limits swap per container, and neither does it on pod cgroups.
+pub fn pod_resources(
+    resources: &Resources,
+    overhead: &Resources,
+    cgroup_v2: bool,
+) -> Result<LinuxResources, SpecError> {
+    let plus = |field: &str, a: i64, b: i64| -> Result<i64, SpecError> {
+        if a < 0 || b < 0 {
+            return Err(SpecError::Invalid(format!("{field}: a value is negative")));
+        }
+        Ok(if a == 0 { 0 } else { a.saturating_add(b) })
+    };
+    let period = if resources.cpu_period > 0 {
+        resources.cpu_period
+    } else {
+        100_000
+    };
+    let overhead_quota = match overhead.cpu_period {
+        p if p > 0 && overhead.cpu_quota > 0 => overhead.cpu_quota.saturating_mul(period) / p,
+        _ => overhead.cpu_quota.max(0),
+    };
+    let quota = plus("cpu_quota", resources.cpu_quota, overhead_quota)?;
+    let sum = Resources {
+        cpu_shares: plus("cpu_shares", resources.cpu_shares, overhead.cpu_shares)?,
+        cpu_quota: quota,
+        cpu_period: if quota > 0 { period } else { 0 },
+        memory_limit: plus(
+            "memory_limit_in_bytes",
+            resources.memory_limit,
+            overhead.memory_limit,
+        )?,
+        cpuset_cpus: resources.cpuset_cpus.clone(),
+        cpuset_mems: resources.cpuset_mems.clone(),
+        unified: resources.unified.clone(),
+        ..Default::default()
+    };
+    let host = HostFeatures {
+        cgroup_v2,
+        ..Default::default()
+    };
+    container_resources(&sum, &host)
+}
+
 /// The full `linux.resources` of a new container: its limits and its device cgroup.
 pub(crate) fn resources(
     r: &Resources,
@@ -284,6 +330,45 @@ mod tests {
             hugetlb: true,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn pod_resources_add_the_overhead() {
+        let pod = Resources {
+            cpu_shares: 1024,
+            cpu_period: 50_000,
+            cpu_quota: 100_000,
+            memory_limit: 256 << 20,
+            ..Default::default()
+        };
+        let overhead = Resources {
+            cpu_shares: 128,
+            cpu_period: 100_000,
+            cpu_quota: 20_000,
+            memory_limit: 32 << 20,
+            ..Default::default()
+        };
+        let r = pod_resources(&pod, &overhead, true).unwrap();
+        let cpu = r.cpu().as_ref().unwrap();
+        assert_eq!(cpu.shares(), Some(1152));
+        assert_eq!((cpu.quota(), cpu.period()), (Some(110_000), Some(50_000)));
+        let mem = r.memory().as_ref().unwrap();
+        assert_eq!((mem.limit(), mem.swap()), (Some(288 << 20), None));
+        // Figures the pod leaves unset stay unset: an overhead alone limits nothing.
+        let r = pod_resources(&Resources::default(), &overhead, false).unwrap();
+        assert_eq!((r.cpu(), r.memory()), (&None, &None));
+        let bad = Resources {
+            memory_limit: -1,
+            ..Default::default()
+        };
+        assert!(pod_resources(&bad, &overhead, true).is_err());
+        // unified needs v2, as for containers.
+        let unified = Resources {
+            unified: [("memory.high".to_owned(), "1".to_owned())].into(),
+            ..Default::default()
+        };
+        assert!(pod_resources(&unified, &Resources::default(), false).is_err());
+        assert!(pod_resources(&unified, &Resources::default(), true).is_ok());
     }
 
     #[test]

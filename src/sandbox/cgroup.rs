@@ -171,6 +171,31 @@ impl CgroupSettings {
         }
     }
 
+    /// Where the statistics of everything in pod `pod` are read: its pod cgroup with cgroupfs;
+    /// with systemd, the slice its scopes sit in, which kubelet makes per pod (the pod's
+    /// cgroup_parent). A pod in the default parent shares that slice, so its monitor's scope is
+    /// all it has.
+    pub fn pod_stat_dirs(&self, pod: &str) -> crate::stats::CgroupDirs {
+        let slice = pod.split(':').next().unwrap_or_default();
+        if self.driver != CgroupDriver::Systemd || slice == self.default_parent {
+            return self.stat_dirs(pod);
+        }
+        let scope = systemd_dir(pod);
+        let rel = scope.parent().unwrap_or(Path::new("/"));
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        if self.unified {
+            return crate::stats::CgroupDirs::V2(self.root.join(rel));
+        }
+        let dir = |c: &str| self.root.join(c).join(rel);
+        crate::stats::CgroupDirs::V1 {
+            cpu: dir("cpu"),
+            cpuacct: dir("cpuacct"),
+            memory: dir("memory"),
+            pids: dir("pids"),
+            blkio: dir("blkio"),
+        }
+    }
+
     /// The pids in the cgroup (empty when it does not exist).
     pub fn pids(&self, path: &str) -> Vec<i32> {
         self.manager(path)

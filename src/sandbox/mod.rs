@@ -19,6 +19,7 @@ mod stats;
 mod status;
 mod stop;
 mod teardown;
+mod update;
 pub(crate) use teardown::Timed;
 mod validate;
 
@@ -60,6 +61,10 @@ pub enum SandboxError {
     NetworkNotReady(String),
     #[error("pod sandbox {0} is not ready: it has no running processes to measure")]
     NotReady(String),
+    #[error("pod sandbox {0} is not ready: its resources cannot change")]
+    NotRunning(String),
+    #[error("applying resources to pod sandbox {id}: {error}")]
+    Resources { id: String, error: String },
     #[error("reading the statistics of pod sandbox {id}: {error}")]
     Stats { id: String, error: String },
     #[error("failed to {step}: {cause}{}", cleanup_note(.cleanup))]

@@ -46,7 +46,7 @@ impl Sandboxes {
             _ => return Err(SandboxError::NotReady(record.id.clone())),
         };
         let timestamp = super::now_nanos();
-        let dirs = self.context().cgroups.stat_dirs(&record.cgroup);
+        let dirs = self.context().cgroups.pod_stat_dirs(&record.cgroup);
         let mut cgroup = crate::stats::read_cgroup(&dirs, detail, timestamp).map_err(|e| {
             SandboxError::Stats {
                 id: record.id.clone(),

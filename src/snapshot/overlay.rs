@@ -3,7 +3,8 @@
 //! Where the kernel has overlayfs's `lowerdir+` key (Linux 6.8), the new mount API adds one
 //! layer per call, so any number of layers mounts: the classic `lowerdir=a:b:c` option must fit
 //! in one page (4 KiB), about 40 of crust's layer paths, and images with more layers exist.
-//! Older kernels get the classic option string, and a clear error when it would not fit.
+//! Older kernels get the classic option string, and a clear error when it would not fit; so do
+//! kernels before 6.5, whose overlayfs takes options the legacy way (any key passes fsconfig).
 //! Failures carry the kernel's own message (`overlayfs: failed to resolve ...`) where the new
 //! API gives one.
 
@@ -68,6 +69,11 @@ fn mount_layer_by_layer(
         Err(Errno::NOSYS) => return Err(Fallback::Classic),
         Err(e) => return Err(Fallback::Failed(format!("opening overlayfs: {e}"))),
     };
+    // Before Linux 6.5 overlayfs parses its options the legacy way: the kernel takes any key
+    // through fsconfig (`lowerdir+` too) and only mounting fails. A key no parser knows tells.
+    if fsconfig_set_string(&fs, "crust_probe", "1").is_ok() {
+        return Err(Fallback::Classic);
+    }
     let set = |key: &str, value: &Path| {
         fsconfig_set_string(&fs, key, value)
             .map_err(|e| explain(&fs, format!("{key} {}", value.display()), e))

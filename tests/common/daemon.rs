@@ -138,7 +138,8 @@ impl Daemon {
             .spawn()
             .expect("crust binary runs");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Generous: under the emulation of the cgroup v2 guest a debug build starts slowly.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!(

@@ -1,0 +1,96 @@
+#!/bin/bash
+# Runs the integration tests that touch cgroups on pure cgroup v2, in the throw-away Debian 12
+# guest of ../shared/tools/cgroupv2-vm.sh (kernel 6.1, cgroup_no_v1=all): the test binaries
+# are built here (`cargo test --no-run`) and run there, each against a crust it starts there,
+# with the guest's CNI plugins and docker-registry on the guest's loopback. This host and CI
+# are cgroup v1 hybrid without systemd, so this is where crust's v2 and systemd paths run.
+#
+# Two boots, each printing how long it took:
+#   cgroupfs  the VM script's small init as PID 1; the cgroupfs driver (tests in $CGROUPFS_SUITES)
+#   systemd   systemd as PID 1 with D-Bus; cgroup_driver = "systemd" (tests in $SYSTEMD_SUITES,
+#             which are #[ignore]d on the host for want of systemd, run here with --include-ignored)
+# Emulation makes fork+exec about 30 times slower, so only the tests that inspect cgroups or
+# depend on them (limits, updates, OOM kills, stats, teardown, recovery) run in the guest; the
+# rest of the suite runs on the host only (README, Testing).
+#
+# Usage: hack/cgroupv2-tests.sh [cgroupfs|systemd|all]   (default: all)
+# Env: CGROUPV2_VM (the VM script), CGROUPV2_THREADS (test threads in the guest, default 2),
+#      and the VM script's own V2VM_* knobs.
+set -euo pipefail
+shopt -s inherit_errexit
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+fail() { echo "cgroupv2-tests: FAILED: $*" >&2; exit 1; }
+
+mode=${1:-all}
+case $mode in cgroupfs|systemd|all) ;; *) echo "usage: $0 [cgroupfs|systemd|all]" >&2; exit 2 ;; esac
+
+# "<test target> <test name>..." per line; names are exact (libtest --exact).
+CGROUPFS_SUITES=(
+  "cgroups limits_updates_and_the_container_s_view_in_the_hierarchy_in_use cpu_shares_map_to_weights_as_runc_maps_them pod_sandbox_resources_reach_the_live_pod_cgroup"
+  "containers a_container_runs_logs_execs_stops_and_leaves_nothing_behind a_container_over_its_memory_limit_is_oom_killed resource_updates_reach_the_live_cgroup"
+  "sandbox_lifecycle pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind pod_stats_measure_the_pod_cgroup_and_network"
+  "sandbox_recovery sigkilled_daemon_recovers_every_pod_with_its_state_and_ip a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up"
+  "container_recovery containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill containers_of_a_pod_whose_monitor_died_end_as_killed"
+)
+SYSTEMD_SUITES=(
+  "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none"
+)
+
+[ "$(id -u)" -eq 0 ] || fail "run as root (the VM script builds its image and boots as root)"
+vm=${CGROUPV2_VM:-$top/../shared/tools/cgroupv2-vm.sh}
+[ -f "$vm" ] || fail "the VM script is not at $vm (set CGROUPV2_VM)"
+for t in jq cargo; do
+  command -v "$t" >/dev/null || fail "$t is missing (hack/install-deps.sh test installs jq)"
+done
+if [ ! -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
+  fail "/bin/busybox is missing or not static: install busybox-static (hack/install-deps.sh test)"
+fi
+
+bash "$vm" build || fail "building the guest image ($vm build)"
+
+# --- the test binaries, built here
+cargo build --bins
+targets=()
+for s in "${CGROUPFS_SUITES[@]}" "${SYSTEMD_SUITES[@]}"; do targets+=(--test "${s%% *}"); done
+out=$top/target/cgroupv2
+rm -rf "$out"
+mkdir -p "$out"
+cargo test --no-run --message-format=json "${targets[@]}" >"$out/build.json" ||
+  fail "building the test binaries"
+jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
+       | "\(.target.name)\t\(.executable)"' "$out/build.json" | sort -u >"$out/binaries"
+# The guest's busybox is Debian's dynamic one; the tests build their image from a static one.
+cp /bin/busybox "$out/busybox"
+
+manifest() {  # manifest SUITE...: "<binary> <name>..." per suite
+  local s name exe
+  for s in "$@"; do
+    name=${s%% *}
+    exe=$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$out/binaries")
+    [ -n "$exe" ] || fail "no test binary for $name"
+    echo "$exe ${s#* }"
+  done
+}
+
+# --- the guest runs
+rc=0
+run_guest() {  # run_guest MODE SUITE...: MODE systemd boots with systemd as PID 1
+  local m=$1 t0 flags=()
+  shift
+  [ "$m" = systemd ] && flags=(--systemd)
+  manifest "$@" >"$out/$m.suites"
+  t0=$SECONDS
+  echo "cgroupv2-tests: $m: booting the guest"
+  if bash "$vm" run "${flags[@]}" --share "$top" -- bash "$top/hack/cgroupv2-guest.sh" "$m" \
+      "$out/$m.suites" "${CGROUPV2_THREADS:-2}"; then
+    echo "cgroupv2-tests: $m: passed in $((SECONDS - t0)) s"
+  else
+    echo "cgroupv2-tests: $m: FAILED after $((SECONDS - t0)) s" >&2
+    rc=1
+  fi
+}
+if [ "$mode" != systemd ]; then run_guest cgroupfs "${CGROUPFS_SUITES[@]}"; fi
+if [ "$mode" != cgroupfs ]; then run_guest systemd "${SYSTEMD_SUITES[@]}"; fi
+exit $rc
