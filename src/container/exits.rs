@@ -133,19 +133,35 @@ async fn follow(me: Weak<Containers>, pod_id: String) {
         let Some(c) = me.upgrade() else { return };
         if !crate::monitor::is_alive(&monitor.identity) {
             c.monitor_gone(&pod_id);
-            // Died rather than stopped: the pod is not ready any more.
-            let died = c
-                .sandboxes
-                .get(&pod_id)
-                .is_ok_and(|p| p.phase != crate::sandbox::Phase::Stopped);
-            if died {
-                c.publish(&pod_id, super::EventKind::Stopped, &pod_id);
+            drop(c);
+            if died_on_its_own(&me, &pod_id).await {
+                if let Some(c) = me.upgrade() {
+                    c.publish(&pod_id, super::EventKind::Stopped, &pod_id);
+                }
             }
             return;
         }
         drop(c);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Whether a pod's monitor that is gone died rather than being stopped. The sandbox's own
+/// watcher records a death (Exited) under the pod's lock; a StopPodSandbox under way ends in
+/// Stopped and announces it itself. Until one of them has decided, the pod still reads Ready.
+async fn died_on_its_own(me: &Weak<Containers>, pod_id: &str) -> bool {
+    use crate::sandbox::Phase;
+    for _ in 0..250 {
+        let Some(c) = me.upgrade() else { return false };
+        match c.sandboxes.get(pod_id).map(|p| p.phase) {
+            Ok(Phase::Exited) => return true,
+            Ok(Phase::Ready | Phase::Creating) => {}
+            Ok(Phase::Stopped) | Err(_) => return false,
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
 }
 
 fn kill_leftovers(cgroups: &crate::sandbox::CgroupSettings, cgroup: &str) {

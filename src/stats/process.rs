@@ -56,14 +56,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn descriptors_and_sockets_of_this_process() {
-        let me = std::process::id() as i32;
-        let before = open_files(&[me]);
-        let _sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let _file = std::fs::File::open("/proc/self/stat").unwrap();
-        let after = open_files(&[me]);
-        assert!(after.fds >= before.fds + 2, "{before:?} {after:?}");
-        assert!(after.sockets > before.sockets, "{before:?} {after:?}");
+    fn descriptors_and_sockets_of_a_process() {
+        // A child of its own: this test process's descriptors change as other tests run.
+        let (socket, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                socket,
+            )))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // stdin, stdout (the socket) and stderr, and whatever the test runner leaks into every
+        // child (cargo's jobserver pipes): counted apart from the function under test. Until
+        // it has exec'd, the child may still hold this process's other descriptors.
+        let want = || OpenFiles {
+            fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64),
+            sockets: 1,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = open_files(&[pid]);
+        while got != want() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            got = open_files(&[pid]);
+        }
+        let expected = want();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(expected.fds >= 3, "{expected:?}");
+        assert_eq!(got, expected);
         assert_eq!(open_files(&[i32::MAX]), OpenFiles::default());
     }
 
