@@ -158,17 +158,7 @@ impl CgroupSettings {
 
     /// Where the statistics of cgroup `path` are read (`crate::stats::read_cgroup`).
     pub fn stat_dirs(&self, path: &str) -> crate::stats::CgroupDirs {
-        if self.unified {
-            return crate::stats::CgroupDirs::V2(self.controller_dir(path, ""));
-        }
-        let dir = |c| self.controller_dir(path, c);
-        crate::stats::CgroupDirs::V1 {
-            cpu: dir("cpu"),
-            cpuacct: dir("cpuacct"),
-            memory: dir("memory"),
-            pids: dir("pids"),
-            blkio: dir("blkio"),
-        }
+        self.stat_dirs_at(&self.relative_dir(path))
     }
 
     /// Where the statistics of everything in pod `pod` are read: its pod cgroup with cgroupfs;
@@ -181,7 +171,11 @@ impl CgroupSettings {
             return self.stat_dirs(pod);
         }
         let scope = systemd_dir(pod);
-        let rel = scope.parent().unwrap_or(Path::new("/"));
+        self.stat_dirs_at(scope.parent().unwrap_or(Path::new("/")))
+    }
+
+    /// The statistics directories of the cgroup at `rel` (below the hierarchy roots).
+    fn stat_dirs_at(&self, rel: &Path) -> crate::stats::CgroupDirs {
         let rel = rel.strip_prefix("/").unwrap_or(rel);
         if self.unified {
             return crate::stats::CgroupDirs::V2(self.root.join(rel));

@@ -141,10 +141,4 @@ pub fn with_namespaces(
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use registry::free_port;
