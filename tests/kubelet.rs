@@ -67,17 +67,17 @@ fn manifests(image: &str) -> Vec<(&'static str, String)> {
   initContainers:
   - name: init
     image: IMAGE
-    command: [sh, -c, "echo from-init > /shared/msg"]
-    volumeMounts: [{name: shared, mountPath: /shared}]
+    command: [sh, -c, "echo from-init > /exchange/msg"]
+    volumeMounts: [{name: shared, mountPath: /exchange}]
   containers:
   - name: writer
     image: IMAGE
-    command: [sh, -c, "echo from-writer > /shared/w; exec sleep 3600"]
-    volumeMounts: [{name: shared, mountPath: /shared}]
+    command: [sh, -c, "echo from-writer > /exchange/w; exec sleep 3600"]
+    volumeMounts: [{name: shared, mountPath: /exchange}]
   - name: reader
     image: IMAGE
-    command: [sh, -c, "while ! test -f /shared/w; do sleep 0.2; done; cat /shared/msg /shared/w; exec sleep 3600"]
-    volumeMounts: [{name: shared, mountPath: /shared}]
+    command: [sh, -c, "while ! test -f /exchange/w; do sleep 0.2; done; cat /exchange/msg /exchange/w; exec sleep 3600"]
+    volumeMounts: [{name: shared, mountPath: /exchange}]
 "#,
             ),
         ),
