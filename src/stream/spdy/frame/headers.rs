@@ -2,7 +2,8 @@
 //! compressed header block. Flags: FIN.
 
 use super::{
-    FLAG_FIN, FrameError, KIND_HEADERS, Limits, StreamId, min_len, put_control_head, stream_id,
+    FLAG_FIN, FrameError, KIND_HEADERS, Limits, StreamId, decode_stream_headers,
+    encode_stream_headers,
 };
 use crate::stream::spdy::headers::{HeaderBlock, HeaderDecoder, HeaderEncoder};
 
@@ -20,12 +21,7 @@ impl Headers {
         dec: &mut HeaderDecoder,
         limits: &Limits,
     ) -> Result<Headers, FrameError> {
-        min_len("HEADERS", payload, 4)?;
-        let headers = dec.decode(&payload[4..], limits)?;
-        let id = stream_id(payload, 0);
-        if id == 0 {
-            return Err(FrameError::ZeroStreamId("HEADERS"));
-        }
+        let (id, headers) = decode_stream_headers("HEADERS", payload, dec, limits)?;
         Ok(Headers {
             stream_id: id,
             fin: flags & FLAG_FIN != 0,
@@ -34,13 +30,14 @@ impl Headers {
     }
 
     pub fn encode(&self, enc: &mut HeaderEncoder, dst: &mut Vec<u8>) -> Result<(), FrameError> {
-        let mut block = Vec::new();
-        enc.encode(&self.headers, &mut block)?;
-        let flags = if self.fin { FLAG_FIN } else { 0 };
-        put_control_head(KIND_HEADERS, flags, 4 + block.len(), dst);
-        dst.extend_from_slice(&(self.stream_id & 0x7fff_ffff).to_be_bytes());
-        dst.extend_from_slice(&block);
-        Ok(())
+        encode_stream_headers(
+            KIND_HEADERS,
+            self.fin,
+            self.stream_id,
+            &self.headers,
+            enc,
+            dst,
+        )
     }
 }
 

@@ -218,6 +218,41 @@ fn min_len(kind: &'static str, payload: &[u8], len: usize) -> Result<(), FrameEr
     }
 }
 
+/// The payload SYN_REPLY and HEADERS share: a non-zero stream id (31 bits), then the
+/// compressed header block.
+fn decode_stream_headers(
+    kind: &'static str,
+    payload: &[u8],
+    dec: &mut super::headers::HeaderDecoder,
+    limits: &Limits,
+) -> Result<(StreamId, super::headers::HeaderBlock), FrameError> {
+    min_len(kind, payload, 4)?;
+    let headers = dec.decode(&payload[4..], limits)?;
+    let id = stream_id(payload, 0);
+    if id == 0 {
+        return Err(FrameError::ZeroStreamId(kind));
+    }
+    Ok((id, headers))
+}
+
+/// Writes a SYN_REPLY or HEADERS frame: `kind`, FIN if `fin`, the stream id, the header block.
+fn encode_stream_headers(
+    kind: u16,
+    fin: bool,
+    id: StreamId,
+    headers: &super::headers::HeaderBlock,
+    enc: &mut super::headers::HeaderEncoder,
+    dst: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    let mut block = Vec::new();
+    enc.encode(headers, &mut block)?;
+    let flags = if fin { FLAG_FIN } else { 0 };
+    put_control_head(kind, flags, 4 + block.len(), dst);
+    dst.extend_from_slice(&(id & 0x7fff_ffff).to_be_bytes());
+    dst.extend_from_slice(&block);
+    Ok(())
+}
+
 impl Frame {
     /// Which kinds of control frame this crate knows; the spec says to ignore the others.
     pub fn is_known_control(kind: u16) -> bool {

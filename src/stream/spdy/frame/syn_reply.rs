@@ -2,7 +2,8 @@
 //! compressed header block. Flags: FIN.
 
 use super::{
-    FLAG_FIN, FrameError, KIND_SYN_REPLY, Limits, StreamId, min_len, put_control_head, stream_id,
+    FLAG_FIN, FrameError, KIND_SYN_REPLY, Limits, StreamId, decode_stream_headers,
+    encode_stream_headers,
 };
 use crate::stream::spdy::headers::{HeaderBlock, HeaderDecoder, HeaderEncoder};
 
@@ -20,12 +21,7 @@ impl SynReply {
         dec: &mut HeaderDecoder,
         limits: &Limits,
     ) -> Result<SynReply, FrameError> {
-        min_len("SYN_REPLY", payload, 4)?;
-        let headers = dec.decode(&payload[4..], limits)?;
-        let id = stream_id(payload, 0);
-        if id == 0 {
-            return Err(FrameError::ZeroStreamId("SYN_REPLY"));
-        }
+        let (id, headers) = decode_stream_headers("SYN_REPLY", payload, dec, limits)?;
         Ok(SynReply {
             stream_id: id,
             fin: flags & FLAG_FIN != 0,
@@ -34,13 +30,14 @@ impl SynReply {
     }
 
     pub fn encode(&self, enc: &mut HeaderEncoder, dst: &mut Vec<u8>) -> Result<(), FrameError> {
-        let mut block = Vec::new();
-        enc.encode(&self.headers, &mut block)?;
-        let flags = if self.fin { FLAG_FIN } else { 0 };
-        put_control_head(KIND_SYN_REPLY, flags, 4 + block.len(), dst);
-        dst.extend_from_slice(&(self.stream_id & 0x7fff_ffff).to_be_bytes());
-        dst.extend_from_slice(&block);
-        Ok(())
+        encode_stream_headers(
+            KIND_SYN_REPLY,
+            self.fin,
+            self.stream_id,
+            &self.headers,
+            enc,
+            dst,
+        )
     }
 }
 
