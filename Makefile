@@ -4,6 +4,8 @@
 # $(CRUST_TOOLS_CACHE)).
 CARGO ?= cargo
 ARGS ?=
+# Seconds each fuzz target runs in `make test` (hack/fuzz.sh; run it longer by hand).
+FUZZ_SECS ?= 10
 export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
@@ -23,7 +25,8 @@ run:
 	$(CARGO) build --release --bins
 	./target/release/crust serve $(ARGS)
 
-## Every test: unit, integration (real daemon, namespaces, CNI, registry), then the whole critest
+## Every test: unit, integration (real daemon, namespaces, CNI, registry), every fuzz target for
+## $(FUZZ_SECS) seconds, then the whole critest
 ## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps),
 ## then the cgroup tests again on pure cgroup v2 in a VM, with either driver (hack/cgroupv2-tests.sh).
 test:
@@ -31,6 +34,7 @@ test:
 	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
+	hack/fuzz.sh $(FUZZ_SECS)
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
 	hack/cgroupv2-tests.sh
 

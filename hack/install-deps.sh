@@ -17,8 +17,9 @@ case $purpose in
   # token server's key; the differential unpack test (tests/unpack_differential.rs) pulls the
   # same images into Debian's containerd 1.6: containerd, runc. critest's offline registry:
   # skopeo, curl, gcc and libc6-dev (its static stand-ins); hack/critest.sh reads critest's
-  # report with jq; flock (util-linux) guards the tool cache.
-  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc" ;;
+  # report with jq; flock (util-linux) guards the tool cache. The fuzz targets (hack/fuzz.sh) build
+  # libFuzzer: g++.
+  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc g++" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image.
   bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc gcc libc6-dev curl python3 util-linux procps" ;;

@@ -265,7 +265,7 @@ fn plan(
 }
 
 /// What a request must hold before anything is created for it.
-fn validate(spec: &ContainerSpec) -> Result<(), ContainerError> {
+pub(crate) fn validate(spec: &ContainerSpec) -> Result<(), ContainerError> {
     let invalid = |m: String| Err(ContainerError::Invalid(m));
     if spec.metadata.name.is_empty() {
         return invalid("config.metadata.name is required".into());

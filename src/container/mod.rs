@@ -43,6 +43,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(any(test, fuzzing))]
+pub(crate) use create::validate;
 pub use events::{ContainerEvent, EventKind};
 pub use model::*;
 pub use recover::RecoverySummary;

@@ -7,6 +7,8 @@ mod container;
 mod container_rpc;
 mod convert;
 mod deadline;
+#[cfg(any(test, fuzzing))]
+pub mod fuzz;
 pub mod image;
 mod rpc_metrics;
 pub mod runtime;

@@ -121,7 +121,7 @@ async fn read_capped(
 }
 
 /// The plugin's own words: the CNI error object's msg and details, else its stderr.
-fn failure_message(out: &std::process::Output) -> String {
+pub(super) fn failure_message(out: &std::process::Output) -> String {
     if let Ok(err) = serde_json::from_slice::<Value>(&out.stdout) {
         let msg = err.get("msg").and_then(Value::as_str).unwrap_or_default();
         let details = err

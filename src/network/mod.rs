@@ -9,6 +9,8 @@
 
 mod config;
 mod exec;
+#[cfg(any(test, fuzzing))]
+pub mod fuzz;
 pub mod masquerade;
 mod result;
 pub mod template;

@@ -27,8 +27,8 @@ mod security;
 mod signal;
 mod user;
 
-#[cfg(test)]
-mod fixture;
+#[cfg(any(test, fuzzing))]
+pub(crate) mod fixture;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -21,6 +21,8 @@ mod stop;
 mod teardown;
 mod update;
 pub(crate) use teardown::Timed;
+#[cfg(any(test, fuzzing))]
+pub(crate) use validate::spec as validate_spec;
 mod validate;
 
 use std::collections::HashMap;
