@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::prepare::{self, Inputs};
 use super::{
     ContainerError, ContainerRecord, ContainerSpec, Containers, ImageInfo, Phase, ResolvedUser,
-    detached, now_nanos, rootfs, teardown,
+    blocking, detached, monitor_of, now_nanos, rootfs, teardown,
 };
 use crate::monitor::{CreateRequest, MonitorHandle};
 use crate::sandbox::{NamespaceMode, SandboxRecord};
@@ -289,16 +289,6 @@ pub(crate) fn validate(spec: &ContainerSpec) -> Result<(), ContainerError> {
     Ok(())
 }
 
-pub(super) fn monitor_of(pod: &SandboxRecord) -> Result<MonitorHandle, ContainerError> {
-    match pod.monitor {
-        Some(identity) if pod.phase.is_ready() => Ok(MonitorHandle {
-            identity,
-            dir: pod.dir.clone(),
-        }),
-        _ => Err(ContainerError::PodNotReady(pod.id.clone())),
-    }
-}
-
 fn prepare_log_dir(path: Option<&std::path::Path>) -> Result<(), ContainerError> {
     let Some(parent) = path.and_then(|p| p.parent()) else {
         return Ok(());
@@ -308,24 +298,4 @@ fn prepare_log_dir(path: Option<&std::path::Path>) -> Result<(), ContainerError>
         path: parent.to_owned(),
         source,
     })
-}
-
-/// Runs blocking work (fsyncs, mounts) off the async threads.
-pub(super) async fn blocking<T: Send + 'static, E: Send + 'static>(
-    f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, ContainerError>
-where
-    ContainerError: From<E>,
-{
-    let span = tracing::Span::current();
-    tokio::task::spawn_blocking(move || {
-        let _in = span.enter();
-        f()
-    })
-    .await
-    .map_err(|e| ContainerError::Teardown {
-        id: String::new(),
-        errors: format!("a blocking task failed: {e}"),
-    })?
-    .map_err(ContainerError::from)
 }

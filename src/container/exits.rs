@@ -7,7 +7,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::create::monitor_of;
+use super::monitor_of;
 use super::{Containers, ExitInfo, Phase, now_nanos};
 use crate::monitor::{EXIT_FILE, Event};
 

@@ -1,5 +1,7 @@
-//! Containers: their lifecycle (create, start, stop, remove), status and listing, ExecSync,
-//! resource updates, log reopening, and recovery at start. One file per verb; this file holds
+//! Containers: their lifecycle (create, start, stop, remove, resource updates, exits, recovery
+//! at start), one file per verb here; what a container is made of in `bundle/` (rootfs,
+//! volumes, OCI spec); its processes and streams in `io/` (ExecSync, exec and attach, log
+//! reopening); what clients read in `observe/` (events, statistics, status). This file holds
 //! the table of containers and what the verbs share.
 //!
 //! A container lives in its pod's monitor, which creates it through libcontainer, is its
@@ -16,35 +18,32 @@
 //! - a name (pod, name, attempt) belongs to at most one container, reserved before creation
 //!   and released when the container is removed or its creation fails.
 
+mod bundle;
 mod create;
-mod events;
-mod exec_sync;
 mod exits;
-mod host;
-pub mod interactive;
+mod io;
 pub mod model;
+mod observe;
 mod pod;
-mod prepare;
 mod ready;
 mod recover;
 mod remove;
-mod reopen_log;
-mod rootfs;
 mod start;
-mod stats;
-mod status;
 mod stop;
 mod teardown;
 mod update;
-mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bundle::{host, prepare, rootfs, volumes};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
+pub use io::interactive;
+use observe::{events, stats, status};
+
 pub use events::{ContainerEvent, EventKind};
 pub use model::*;
 pub use recover::RecoverySummary;
@@ -52,8 +51,8 @@ pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
 
 use crate::image::Images;
-use crate::monitor::MonitorError;
-use crate::sandbox::{CgroupSettings, SandboxError, Sandboxes};
+use crate::monitor::{MonitorError, MonitorHandle};
+use crate::sandbox::{CgroupSettings, SandboxError, SandboxRecord, Sandboxes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerError {
@@ -415,4 +414,35 @@ fn now_nanos() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or_default()
+}
+
+/// The monitor of a ready pod, which every verb on its containers talks to.
+fn monitor_of(pod: &SandboxRecord) -> Result<MonitorHandle, ContainerError> {
+    match pod.monitor {
+        Some(identity) if pod.phase.is_ready() => Ok(MonitorHandle {
+            identity,
+            dir: pod.dir.clone(),
+        }),
+        _ => Err(ContainerError::PodNotReady(pod.id.clone())),
+    }
+}
+
+/// Runs blocking work (fsyncs, mounts) off the async threads.
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ContainerError>
+where
+    ContainerError: From<E>,
+{
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
+        f()
+    })
+    .await
+    .map_err(|e| ContainerError::Teardown {
+        id: String::new(),
+        errors: format!("a blocking task failed: {e}"),
+    })?
+    .map_err(ContainerError::from)
 }

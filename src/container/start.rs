@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::create::monitor_of;
+use super::monitor_of;
 use super::{ContainerError, Containers, Phase, detached};
 
 impl Containers {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::create::monitor_of;
+use super::monitor_of;
 use super::{ContainerError, Containers, Held, Phase, detached};
 
 /// How long a container may take to die after SIGKILL before stopping it is an error.

@@ -4,7 +4,7 @@
 //! serves RemoveContainer, the rollback of a failed CreateContainer and recovery. All steps run
 //! even when one fails; the failures are reported together and the record stays for a retry.
 
-use super::create::monitor_of;
+use super::monitor_of;
 use super::{ContainerError, ContainerRecord, Containers, rootfs};
 use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::Timed;

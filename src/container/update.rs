@@ -23,7 +23,7 @@ impl Containers {
             }
             let linux = crate::oci::container_resources(&resources, &me.ctx.host)?;
             let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
-            super::create::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
+            super::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
             held.entry
                 .commit(&me.ctx, |r| r.spec.resources = resources)?;
             tracing::info!("container resources updated");

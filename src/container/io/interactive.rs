@@ -13,8 +13,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::mpsc;
 
-use super::create::monitor_of;
-use super::{ContainerError, ContainerRecord, Containers, Phase};
+use crate::container::monitor_of;
+use crate::container::{ContainerError, ContainerRecord, Containers, Phase};
 use crate::monitor::{ExecStreamRequest, Reply, frame, session};
 
 /// How long output may still come after an exec's process exited (a child it left behind

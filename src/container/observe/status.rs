@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{ContainerError, ContainerRecord, Containers, Phase};
+use crate::container::{ContainerError, ContainerRecord, Containers, Phase};
 
 /// ListContainers' filter; every field set must match.
 #[derive(Debug, Default, Clone)]
@@ -74,7 +74,7 @@ impl Containers {
             "phase": record.phase,
             "cgroup": record.cgroup,
             "stateDir": dir,
-            "rootfs": super::rootfs::layout(&self.ctx, &record.id).rootfs,
+            "rootfs": crate::container::rootfs::layout(&self.ctx, &record.id).rootfs,
             "logPath": record.log_path,
             "image": record.image,
             "user": record.user,

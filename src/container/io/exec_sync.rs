@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::create::monitor_of;
-use super::{ContainerError, Containers, Phase, prepare};
+use crate::container::monitor_of;
+use crate::container::{ContainerError, Containers, Phase, prepare};
 use crate::monitor::{ExecOutput, ExecRequest};
 
 impl Containers {
@@ -61,10 +61,10 @@ impl Containers {
         Ok(out)
     }
 
-    pub(super) fn exec_template(
+    pub(in crate::container) fn exec_template(
         &self,
         id: &str,
-        entry: &super::Entry,
+        entry: &crate::container::Entry,
     ) -> Result<Arc<oci_spec::runtime::Process>, ContainerError> {
         let mut cached = entry
             .exec_template

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{ContainerError, ContainerFilter, ContainerRecord, Containers, Phase, now_nanos};
+use crate::container::{ContainerError, ContainerFilter, ContainerRecord, Containers, Phase, now_nanos};
 use crate::sandbox::{PodStats, SandboxFilter};
 use crate::stats::cadvisor::{self, Metric, Observed, Subject};
 use crate::stats::{CgroupSample, CpuRates, Detail, Filesystem};
@@ -269,7 +269,7 @@ impl Containers {
                 return Some(usage.clone());
             }
         }
-        let upper = super::rootfs::layout(&self.ctx, id).upper;
+        let upper = crate::container::rootfs::layout(&self.ctx, id).upper;
         let started = Instant::now();
         let (bytes, inodes) = crate::stats::disk_usage(&upper).ok()?;
         let took = started.elapsed();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::mount::{MntFlags, umount2};
 
-use super::{ContainerContext, ContainerError};
+use crate::container::{ContainerContext, ContainerError};
 use crate::snapshot::{Upper, mount_overlay};
 
 pub struct Layout {

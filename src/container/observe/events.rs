@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{ContainerFilter, ContainerRecord, Containers, now_nanos};
+use crate::container::{ContainerFilter, ContainerRecord, Containers, now_nanos};
 use crate::sandbox::{SandboxRecord, SandboxSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,14 +41,14 @@ impl Containers {
     }
 
     /// Publishes a change of `id` in pod `pod_id` (skipped if the pod is gone).
-    pub(super) fn publish(&self, id: &str, kind: EventKind, pod_id: &str) {
+    pub(in crate::container) fn publish(&self, id: &str, kind: EventKind, pod_id: &str) {
         if let Ok(pod) = self.sandboxes.get(pod_id) {
             self.publish_for(id, kind, pod);
         }
     }
 
     /// Publishes a change with the pod record given (a removed pod's last record).
-    pub(super) fn publish_for(&self, id: &str, kind: EventKind, pod: Arc<SandboxRecord>) {
+    pub(in crate::container) fn publish_for(&self, id: &str, kind: EventKind, pod: Arc<SandboxRecord>) {
         let containers = self.list(&ContainerFilter {
             pod_id: Some(pod.id.clone()),
             ..Default::default()

@@ -1,8 +1,8 @@
 //! ReopenContainerLog: after kubelet renamed the log file away, the monitor opens it anew;
 //! lines written meanwhile are in the renamed file, none is lost.
 
-use super::create::monitor_of;
-use super::{ContainerError, Containers, Phase};
+use crate::container::monitor_of;
+use crate::container::{ContainerError, Containers, Phase};
 
 impl Containers {
     pub async fn reopen_log(&self, id: &str) -> Result<(), ContainerError> {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::Spec;
 
-use super::{
+use crate::container::{
     ContainerContext, ContainerError, ContainerSpec, MountSpec, Propagation, ResolvedUser,
 };
 use crate::image::ImageUse;
@@ -51,7 +51,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
         if m.propagation != Propagation::Private {
             host.mount_propagation.insert(
                 m.host_path.clone(),
-                super::host::propagation_of(Path::new(&m.host_path)),
+                crate::container::host::propagation_of(Path::new(&m.host_path)),
             );
         }
     }
@@ -60,7 +60,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     }
     let devices = resolve_devices(spec)?;
     let seccomp = match &spec.security.seccomp {
-        Some(super::Profile::Localhost(path)) => Some(load_seccomp(path)?),
+        Some(crate::container::Profile::Localhost(path)) => Some(load_seccomp(path)?),
         _ => None,
     };
     let pod = pod_view(inputs.pod, inputs.target_pid_ns.clone());

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ContainerError, ContainerRecord, rootfs};
+use crate::container::{ContainerError, ContainerRecord, rootfs};
 use crate::image::Images;
 use crate::snapshot::mount_overlay;
 
