@@ -301,3 +301,84 @@ async fn hostile_requests_get_their_codes_and_the_daemon_stays_up() {
     }
     d.assert_clean();
 }
+
+/// Processes whose command line is exactly `cmd` (NULs as spaces).
+fn processes(cmd: &str) -> Vec<i32> {
+    daemon::procfs_pids()
+        .into_iter()
+        .filter(|p| {
+            let line = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&line).replace('\0', " ").trim() == cmd
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hanging_cni_plugin_is_killed_at_its_deadline_and_a_retry_works() {
+    let d = Daemon::prepare();
+    let (hang_add, hang_del) = (d.dir.join("hang-add"), d.dir.join("hang-del"));
+    let plugin = format!(
+        r#"{{"type":"crust-test-hang","hangAddWhile":"{}","hangDelWhile":"{}"}}"#,
+        hang_add.display(),
+        hang_del.display()
+    );
+    d.write_bridge_network(&[&plugin]);
+    d.append_config("plugin_timeout_ms = 1500\n");
+    let d = d.spawn();
+    let mut c = d.client().await;
+
+    // ADD hangs: the deadline's code and the plugin's name; the plugin and its child killed;
+    // the bridge's IP, veth, namespaces and cgroup undone.
+    std::fs::write(&hang_add, "").unwrap();
+    let started = Instant::now();
+    let err = c
+        .run_pod_sandbox(run_request(pod_config("hang")))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message()
+            .contains("crust-test-hang ADD timed out after 1.5s"),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(10), "answered in {took:?}");
+    wait_for("the hanging plugin's child killed", || {
+        processes("sleep 4321").is_empty()
+    })
+    .await;
+    d.assert_clean();
+    let links = sh("ip", &["-o", "link"]);
+    assert!(!links.contains(&format!("master {}", d.bridge)), "{links}");
+
+    // DEL hangs: StopPodSandbox gives up at the deadline with its code and the plugin's
+    // name, and keeps what it could not release for the retry, which succeeds.
+    std::fs::remove_file(&hang_add).unwrap();
+    let id = run_pod(&mut c, pod_config("hang")).await;
+    std::fs::write(&hang_del, "").unwrap();
+    let started = Instant::now();
+    let err = c
+        .stop_pod_sandbox(pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10), "{err:?}");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .contains("crust-test-hang DEL timed out after 1.5s"),
+        "{err:?}"
+    );
+    let (s, info) = status(&mut c, &id).await;
+    assert_eq!(s.state, pb::PodSandboxState::SandboxNotready as i32);
+    let problem = info["problem"].as_str().unwrap_or_default();
+    assert!(
+        problem.contains("DEL timed out"),
+        "the reason is shown: {info}"
+    );
+    std::fs::remove_file(&hang_del).unwrap();
+    stop_pod(&mut c, &id).await;
+    remove_pod(&mut c, &id).await;
+    d.assert_clean();
+}

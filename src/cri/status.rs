@@ -68,7 +68,9 @@ fn run_code(e: &RunFailure) -> Code {
 /// the plugin's own message. A network configuration that cannot work is the node's state.
 fn cni_code(e: &CniError) -> Code {
     match e {
-        CniError::PluginFailed { .. } | CniError::Timeout { .. } => Code::Unavailable,
+        CniError::PluginFailed { .. } => Code::Unavailable,
+        // The plugin was killed at its deadline; a retry may find it quicker.
+        CniError::Timeout { .. } => Code::DeadlineExceeded,
         CniError::Spawn { source, .. } => io_code(source),
         CniError::NoConfig(_) | CniError::BadConfig { .. } | CniError::PluginMissing { .. } => {
             Code::FailedPrecondition
