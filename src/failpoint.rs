@@ -5,8 +5,8 @@
 //!
 //! `crust serve` reads `CRUST_FAILPOINT` once at start: `name` kills the daemon at the first
 //! hit of that failpoint, `name@N` at the Nth. Every name used must be listed in [`NAMES`]
-//! (checked at compile time), and the test walks that list: a new failpoint cannot be left
-//! out of it.
+//! or [`MONITOR_NAMES`] (checked at compile time), and the tests walk those lists: a new
+//! failpoint cannot be left out of them.
 
 /// Every failpoint, in the order a pod's life reaches them (pull, run, create, start, remove,
 /// stop, remove pod).
@@ -40,6 +40,15 @@ pub const NAMES: &[&str] = &[
     "sandbox.stop.before_record",
     "sandbox.remove.after_record_deleted",
     "sandbox.remove.after_dir",
+];
+
+/// Failpoints in the pod monitor (`crust monitor`, which inherits the daemon's environment):
+/// the monitor dies there, the daemon lives on and must report and undo.
+#[cfg(debug_assertions)]
+pub const MONITOR_NAMES: &[&str] = &[
+    "monitor.before_ready",
+    "monitor.create.after_libcontainer",
+    "monitor.start.after_start",
 ];
 
 /// Kills the daemon here when `CRUST_FAILPOINT` names this place (debug builds only).
@@ -81,7 +90,7 @@ mod armed {
             ),
             None => (spec.as_str(), 1),
         };
-        if !super::NAMES.contains(&name) {
+        if !super::NAMES.contains(&name) && !super::MONITOR_NAMES.contains(&name) {
             return Err(format!("unknown failpoint {name:?}"));
         }
         tracing::warn!(failpoint = name, hit = nth, "failpoint armed");
@@ -96,7 +105,7 @@ mod armed {
         if armed != name || HITS.fetch_add(1, Ordering::SeqCst) + 1 != *nth {
             return;
         }
-        eprintln!("crust: failpoint {name} reached: killing the daemon");
+        eprintln!("crust: failpoint {name} reached: killing this process");
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         std::process::abort();
     }
@@ -108,9 +117,14 @@ pub use armed::{arm, hit};
 /// Whether `name` is in [`NAMES`]; const, so `failpoint!` checks its name at compile time.
 #[cfg(debug_assertions)]
 pub const fn known(name: &str) -> bool {
+    listed(NAMES, name) || listed(MONITOR_NAMES, name)
+}
+
+#[cfg(debug_assertions)]
+const fn listed(names: &[&str], name: &str) -> bool {
     let mut i = 0;
-    while i < NAMES.len() {
-        if eq(NAMES[i].as_bytes(), name.as_bytes()) {
+    while i < names.len() {
+        if eq(names[i].as_bytes(), name.as_bytes()) {
             return true;
         }
         i += 1;

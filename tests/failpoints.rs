@@ -209,13 +209,9 @@ fn assert_nothing_left(env: &Env, baseline: &BTreeSet<String>, failpoint: &str) 
     assert!(lost.is_empty(), "{failpoint}: image store lost {lost:?}");
 }
 
-#[tokio::test]
-async fn the_daemon_killed_after_any_step_of_any_verb_leaves_nothing_half_done() {
-    assert!(
-        !crust::failpoint::NAMES.is_empty(),
-        "a debug build lists its failpoints"
-    );
-    let mut env = Env::start().await;
+/// The daemon with the test image and a second one, `busybox:2`, whose top layer is its own.
+async fn env_with_second_image() -> (Env, String, BTreeSet<String>) {
+    let env = Env::start().await;
     // The busybox layer is shared with the image the daemon holds already; the layer on top
     // is this image's own, so each pull downloads and unpacks it again.
     let own = tar(&[file("failpoints/marker", b"one layer of its own\n")]);
@@ -234,6 +230,16 @@ async fn the_daemon_killed_after_any_step_of_any_verb_leaves_nothing_half_done()
     // Without a failpoint the life runs to its end and leaves nothing.
     life(&env, &image2, "calm").await.unwrap();
     assert_nothing_left(&env, &baseline, "no failpoint");
+    (env, image2, baseline)
+}
+
+#[tokio::test]
+async fn the_daemon_killed_after_any_step_of_any_verb_leaves_nothing_half_done() {
+    assert!(
+        !crust::failpoint::NAMES.is_empty(),
+        "a debug build lists its failpoints"
+    );
+    let (mut env, image2, baseline) = env_with_second_image().await;
 
     // CRUST_TEST_FAILPOINT narrows the run to one failpoint while debugging.
     let only = std::env::var("CRUST_TEST_FAILPOINT").ok();
@@ -259,4 +265,40 @@ async fn the_daemon_killed_after_any_step_of_any_verb_leaves_nothing_half_done()
         started.elapsed()
     );
     assert!(tried > 0, "no failpoint was tried");
+}
+
+/// A pod's monitor killed (SIGKILL) while the pod starts, while a container is created in it
+/// and while one starts: the verb fails with a code that says why and names its step, the
+/// daemon serves on, and everything is undone or removable.
+#[tokio::test]
+async fn a_monitor_killed_mid_start_fails_the_verb_cleanly_and_leaks_nothing() {
+    let (mut env, image2, baseline) = env_with_second_image().await;
+    for (n, &name) in crust::failpoint::MONITOR_NAMES.iter().enumerate() {
+        env.d.kill9();
+        env.d.launch_with(&[("CRUST_FAILPOINT", name)]);
+        let err = life(&env, &image2, &format!("mon{n}"))
+            .await
+            .expect_err(name);
+        eprintln!("{name}: {:?}: {}", err.code(), err.message());
+        assert!(
+            !matches!(err.code(), tonic::Code::Internal | tonic::Code::Unknown),
+            "{name}: {err:?}"
+        );
+        assert!(
+            err.message().contains("monitor"),
+            "{name}: the message names the monitor: {err:?}"
+        );
+        let child = env.d.child.as_mut().expect("daemon running");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{name}: the daemon lives"
+        );
+        let survived = converge(&env, &image2, name).await;
+        assert_nothing_left(&env, &baseline, name);
+        eprintln!("{name}: then {survived:?}; nothing left");
+    }
+    env.d.kill9();
+    env.d.launch();
+    life(&env, &image2, "after").await.unwrap();
+    assert_nothing_left(&env, &baseline, "after");
 }

@@ -123,6 +123,7 @@ fn monitor_code(e: &MonitorError) -> Code {
         MonitorError::Protocol(_) => Code::Internal,
         MonitorError::Spawn(_)
         | MonitorError::Vanished(_)
+        | MonitorError::Died(_)
         | MonitorError::Timeout(_)
         | MonitorError::Io(_) => Code::Unavailable,
     }
