@@ -382,3 +382,70 @@ async fn a_hanging_cni_plugin_is_killed_at_its_deadline_and_a_retry_works() {
     remove_pod(&mut c, &id).await;
     d.assert_clean();
 }
+
+#[tokio::test]
+async fn a_full_root_disk_fails_pulls_and_creates_with_resource_exhausted_and_leaves_nothing() {
+    use common::oci_build::{Comp, file, image, tar};
+    use common::workload::{Env, test_image_layer};
+    let mut env = Env::start_with(|d| small_tmpfs(&d.root, "32m")).await;
+    let own = tar(&[file("full/marker", &vec![7u8; 256 << 10])]);
+    let img = image(
+        &[(tar(&test_image_layer()), Comp::Gzip), (own, Comp::Gzip)],
+        serde_json::json!({"Env": ["PATH=/bin"], "Cmd": ["sh"]}),
+        "amd64",
+    );
+    env.reg.push("busybox", "2", &img).await;
+    let image2 = format!("{}/busybox:2", env.reg.addr);
+    let mut images = env.d.images().await;
+    let request = |image: &str| pb::PullImageRequest {
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let root = env.d.root.display().to_string();
+    let store = |env: &Env| -> Vec<String> {
+        ["blobs/sha256", "layers", "ingest", "records"]
+            .iter()
+            .flat_map(|s| Daemon::entries(&env.d.root.join("images").join(s)))
+            .collect()
+    };
+    let before = store(&env);
+    let pod = env.pod("full").await;
+    let full = fill(&env.d.root);
+
+    // PullImage: refused before or while writing, naming the directory; no partial content.
+    let err = images.pull_image(request(&image2)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains(&root),
+        "names the directory: {err:?}"
+    );
+    assert_eq!(store(&env), before, "nothing half-stored");
+
+    // CreateContainer: its writable layer cannot be made.
+    let config = env.config("c", &["sleep", "60"]);
+    let err = env.create(&pod, config.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains(&root),
+        "names the directory: {err:?}"
+    );
+    let own_mount = format!("mount {root}");
+    let left: Vec<_> = env
+        .container_leftovers()
+        .into_iter()
+        .filter(|l| *l != own_mount)
+        .collect();
+    assert!(left.is_empty(), "half-made container: {left:?}");
+
+    // With room again, both work.
+    std::fs::remove_file(&full).unwrap();
+    images.pull_image(request(&image2)).await.unwrap();
+    let id = env.run(&pod, config).await;
+    env.remove(&id).await;
+    stop_pod(&mut env.c, &pod.0).await;
+    remove_pod(&mut env.c, &pod.0).await;
+    env.d.assert_clean();
+}

@@ -92,6 +92,9 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Sandbox(e) => sandbox_code(e),
         ContainerError::Image(ImageError::Reference(_)) => Code::InvalidArgument,
         ContainerError::Image(ImageError::NotFound(_)) => Code::NotFound,
+        // Holding the image writes to the store: a full disk there is ResourceExhausted.
+        ContainerError::Image(ImageError::Store(s)) => store_code(s),
+        ContainerError::Image(ImageError::Io { source, .. }) => io_code(source),
         ContainerError::Image(_) => Code::FailedPrecondition,
         ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
         ContainerError::Spec(_) => Code::InvalidArgument,
