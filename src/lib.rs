@@ -7,6 +7,7 @@ pub mod container;
 pub mod cri;
 pub mod daemon;
 pub mod events;
+pub mod failpoint;
 pub mod image;
 pub mod metrics;
 pub mod monitor;

@@ -126,6 +126,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => {
             let config = load(args)?;
             init_tracing(&config);
+            #[cfg(debug_assertions)]
+            crust::failpoint::arm().map_err(anyhow::Error::msg)?;
             crust::daemon::run(config)?;
         }
         Command::Check(args) => {

@@ -2,7 +2,7 @@
 //! afterwards nothing is left: no sandbox or container directory, namespace pin, mount, monitor,
 //! cgroup or IP address, and the daemon's descriptors are back where they started.
 //!
-//! `make test` churns 100 pods. `make soak` runs the same loop for `CRUST_SOAK_SECS` seconds
+//! `make test` churns 100 pods, and runs 100 pods at once (their latencies printed). `make soak` runs the same loop for `CRUST_SOAK_SECS` seconds
 //! (`CRUST_SOAK_CLIENTS` clients) after `CRUST_SOAK_WARMUP_SECS` of warm-up, and prints the
 //! daemon's RSS and descriptors as it goes.
 
@@ -196,4 +196,73 @@ async fn soak() {
         rss1 <= rss0 + rss0 / 10,
         "RSS grew more than 10%: {rss0} -> {rss1} KiB"
     );
+}
+
+/// The `q` quantile of sorted durations (nearest rank).
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let rank = ((sorted.len() as f64) * q).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// 100 RunPodSandbox calls at once: each succeeds or fails with a code that says why (never
+/// Internal or Unknown), a failed one leaves nothing listed, and removing all leaves nothing.
+/// The two cores are shared fairly, so every call takes about as long as all of them.
+#[tokio::test]
+async fn a_hundred_concurrent_run_pod_sandbox_calls_succeed_or_fail_cleanly() {
+    let d = Daemon::start();
+    let c = d.client().await;
+    let started = Instant::now();
+    let calls: Vec<_> = (0..100)
+        .map(|n| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let r = c
+                    .run_pod_sandbox(run_request(pod_config(&format!("load-{n}"))))
+                    .await;
+                (t.elapsed(), r.map(|r| r.into_inner().pod_sandbox_id))
+            })
+        })
+        .collect();
+    let mut took = Vec::new();
+    let (mut ids, mut failed) = (Vec::new(), Vec::new());
+    for call in calls {
+        let (t, r) = call.await.unwrap();
+        took.push(t);
+        match r {
+            Ok(id) => ids.push(id),
+            Err(e) => failed.push(e),
+        }
+    }
+    let wall = started.elapsed();
+    took.sort();
+    eprintln!(
+        "load: 100 concurrent RunPodSandbox in {wall:?}: {} ran, {} failed; \
+         min {:?}, p50 {:?}, p99 {:?}, max {:?}",
+        ids.len(),
+        failed.len(),
+        took[0],
+        quantile(&took, 0.5),
+        quantile(&took, 0.99),
+        took[took.len() - 1]
+    );
+    for e in &failed {
+        assert_ne!(e.code(), tonic::Code::Internal, "{e:?}");
+        assert_ne!(e.code(), tonic::Code::Unknown, "{e:?}");
+    }
+    let mut c = c.clone();
+    let pods = c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(pods.len(), ids.len(), "a failed call left no pod listed");
+    for id in &ids {
+        stop_pod(&mut c, id).await;
+        remove_pod(&mut c, id).await;
+    }
+    d.assert_clean();
+    let links = sh("ip", &["-o", "link"]);
+    assert!(!links.contains(&format!("master {}", d.bridge)), "{links}");
 }

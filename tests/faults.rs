@@ -301,3 +301,151 @@ async fn hostile_requests_get_their_codes_and_the_daemon_stays_up() {
     }
     d.assert_clean();
 }
+
+/// Processes whose command line is exactly `cmd` (NULs as spaces).
+fn processes(cmd: &str) -> Vec<i32> {
+    daemon::procfs_pids()
+        .into_iter()
+        .filter(|p| {
+            let line = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&line).replace('\0', " ").trim() == cmd
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hanging_cni_plugin_is_killed_at_its_deadline_and_a_retry_works() {
+    let d = Daemon::prepare();
+    let (hang_add, hang_del) = (d.dir.join("hang-add"), d.dir.join("hang-del"));
+    let plugin = format!(
+        r#"{{"type":"crust-test-hang","hangAddWhile":"{}","hangDelWhile":"{}"}}"#,
+        hang_add.display(),
+        hang_del.display()
+    );
+    d.write_bridge_network(&[&plugin]);
+    d.append_config("plugin_timeout_ms = 1500\n");
+    let d = d.spawn();
+    let mut c = d.client().await;
+
+    // ADD hangs: the deadline's code and the plugin's name; the plugin and its child killed;
+    // the bridge's IP, veth, namespaces and cgroup undone.
+    std::fs::write(&hang_add, "").unwrap();
+    let started = Instant::now();
+    let err = c
+        .run_pod_sandbox(run_request(pod_config("hang")))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message()
+            .contains("crust-test-hang ADD timed out after 1.5s"),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(10), "answered in {took:?}");
+    wait_for("the hanging plugin's child killed", || {
+        processes("sleep 4321").is_empty()
+    })
+    .await;
+    d.assert_clean();
+    let links = sh("ip", &["-o", "link"]);
+    assert!(!links.contains(&format!("master {}", d.bridge)), "{links}");
+
+    // DEL hangs: StopPodSandbox gives up at the deadline with its code and the plugin's
+    // name, and keeps what it could not release for the retry, which succeeds.
+    std::fs::remove_file(&hang_add).unwrap();
+    let id = run_pod(&mut c, pod_config("hang")).await;
+    std::fs::write(&hang_del, "").unwrap();
+    let started = Instant::now();
+    let err = c
+        .stop_pod_sandbox(pb::StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10), "{err:?}");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .contains("crust-test-hang DEL timed out after 1.5s"),
+        "{err:?}"
+    );
+    let (s, info) = status(&mut c, &id).await;
+    assert_eq!(s.state, pb::PodSandboxState::SandboxNotready as i32);
+    let problem = info["problem"].as_str().unwrap_or_default();
+    assert!(
+        problem.contains("DEL timed out"),
+        "the reason is shown: {info}"
+    );
+    std::fs::remove_file(&hang_del).unwrap();
+    stop_pod(&mut c, &id).await;
+    remove_pod(&mut c, &id).await;
+    d.assert_clean();
+}
+
+#[tokio::test]
+async fn a_full_root_disk_fails_pulls_and_creates_with_resource_exhausted_and_leaves_nothing() {
+    use common::oci_build::{Comp, file, image, tar};
+    use common::workload::{Env, test_image_layer};
+    let mut env = Env::start_with(|d| small_tmpfs(&d.root, "32m")).await;
+    let own = tar(&[file("full/marker", &vec![7u8; 256 << 10])]);
+    let img = image(
+        &[(tar(&test_image_layer()), Comp::Gzip), (own, Comp::Gzip)],
+        serde_json::json!({"Env": ["PATH=/bin"], "Cmd": ["sh"]}),
+        "amd64",
+    );
+    env.reg.push("busybox", "2", &img).await;
+    let image2 = format!("{}/busybox:2", env.reg.addr);
+    let mut images = env.d.images().await;
+    let request = |image: &str| pb::PullImageRequest {
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let root = env.d.root.display().to_string();
+    let store = |env: &Env| -> Vec<String> {
+        ["blobs/sha256", "layers", "ingest", "records"]
+            .iter()
+            .flat_map(|s| Daemon::entries(&env.d.root.join("images").join(s)))
+            .collect()
+    };
+    let before = store(&env);
+    let pod = env.pod("full").await;
+    let full = fill(&env.d.root);
+
+    // PullImage: refused before or while writing, naming the directory; no partial content.
+    let err = images.pull_image(request(&image2)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains(&root),
+        "names the directory: {err:?}"
+    );
+    assert_eq!(store(&env), before, "nothing half-stored");
+
+    // CreateContainer: its writable layer cannot be made.
+    let config = env.config("c", &["sleep", "60"]);
+    let err = env.create(&pod, config.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains(&root),
+        "names the directory: {err:?}"
+    );
+    let own_mount = format!("mount {root}");
+    let left: Vec<_> = env
+        .container_leftovers()
+        .into_iter()
+        .filter(|l| *l != own_mount)
+        .collect();
+    assert!(left.is_empty(), "half-made container: {left:?}");
+
+    // With room again, both work.
+    std::fs::remove_file(&full).unwrap();
+    images.pull_image(request(&image2)).await.unwrap();
+    let id = env.run(&pod, config).await;
+    env.remove(&id).await;
+    stop_pod(&mut env.c, &pod.0).await;
+    remove_pod(&mut env.c, &pod.0).await;
+    env.d.assert_clean();
+}

@@ -76,6 +76,7 @@ impl Containers {
                 cleanup: None,
             });
         }
+        crate::failpoint!("container.create.after_creating_record");
         let built = self.build(pod, &mut record).await.and_then(|()| {
             record.phase = Phase::Created;
             crate::store::save(&self.ctx.record_path(&record.id), &record)
@@ -89,6 +90,7 @@ impl Containers {
                 cleanup,
             });
         }
+        crate::failpoint!("container.create.after_created_record");
         tracing::info!(pid = record.pid, "container created");
         let (pod_id, id) = (record.pod_id.clone(), record.id.clone());
         self.insert(record);
@@ -107,6 +109,7 @@ impl Containers {
         let image_use = blocking(move || images.acquire(&id, &image))
             .await
             .map_err(|e| ("find the image", e))?;
+        crate::failpoint!("container.create.after_image_hold");
         record.image = self.image_info(&image_use.id.to_string(), &record.spec.image);
         let layout = rootfs::layout(&self.ctx, &record.id);
         let lowerdirs = image_use.lowerdirs.clone();
@@ -114,6 +117,7 @@ impl Containers {
         blocking(move || rootfs::mount(&mount_layout, &lowerdirs))
             .await
             .map_err(|e| ("mount the root filesystem", e))?;
+        crate::failpoint!("container.create.after_rootfs");
         if record.spec.mounts.iter().any(|m| m.image.is_some()) {
             let (images, layout, mut with_volumes) = (
                 self.images.clone(),
@@ -147,6 +151,7 @@ impl Containers {
         let dir = self.ctx.container_dir(&record.id);
         let bundle =
             prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
+        crate::failpoint!("container.create.after_bundle");
         prepare_log_dir(record.log_path.as_deref()).map_err(|e| ("create the log directory", e))?;
         let req = self.create_request(record, bundle);
         let pid = monitor
@@ -157,6 +162,7 @@ impl Containers {
                 "creating it in the pod's monitor",
             ))
             .map_err(|e| ("create the container", e))?;
+        crate::failpoint!("container.create.after_libcontainer_create");
         record.pid = Some(pid);
         Ok(())
     }

@@ -29,11 +29,38 @@ impl Containers {
             return;
         };
         let phase = entry.snapshot().phase;
-        if started && phase == Phase::Created {
+        let starting = entry.starting.load(std::sync::atomic::Ordering::SeqCst);
+        if started && phase == Phase::Created && starting {
             *entry.pending_exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(exit);
             return;
         }
         self.finish_exit(id, &entry, exit);
+    }
+
+    /// Records the start of a container its monitor runs while its record still says Created:
+    /// the daemon died between the monitor's start and the record. A StartContainer under way
+    /// (holding the container's lock) records it itself.
+    fn adopt_start(&self, id: &str, started_at: i64) {
+        let Ok((_, entry)) = self.entry(id) else {
+            return;
+        };
+        let Ok(_op) = entry.op.clone().try_lock_owned() else {
+            return;
+        };
+        if entry.snapshot().phase != Phase::Created {
+            return;
+        }
+        match entry.commit(&self.ctx, |r| {
+            r.started_at = started_at;
+            r.phase = Phase::Running;
+        }) {
+            Ok(_) => {
+                tracing::info!(container_id = %id, "adopted a start the daemon did not record")
+            }
+            Err(e) => {
+                tracing::error!(container_id = %id, error = %e, "recording a container's start")
+            }
+        }
     }
 
     /// Applies the exit a start left waiting, if any.
@@ -114,6 +141,9 @@ async fn follow(me: Weak<Containers>, pod_id: String) {
         match monitor.subscribe(c.ctx.monitor_timeout).await {
             Ok((snapshot, mut events)) => {
                 for state in snapshot {
+                    if let (Some(at), None) = (state.started_at, &state.exit) {
+                        c.adopt_start(&state.id, at);
+                    }
                     if let Some(exit) = state.exit {
                         c.apply_exit(&state.id, exit, state.started_at.is_some());
                     }

@@ -209,6 +209,10 @@ struct Entry {
     /// An exit that came while StartContainer was between the monitor's start and its record:
     /// applied once the start is recorded, so events keep the order things happened in.
     pending_exit: Mutex<Option<ExitInfo>>,
+    /// True while a StartContainer waits on the monitor: only then does an exit of a started
+    /// container wait in `pending_exit`. A container whose start the daemon died before
+    /// recording (still Created on disk, started in its monitor) has its exit applied at once.
+    starting: std::sync::atomic::AtomicBool,
 }
 
 impl Entry {
@@ -220,6 +224,7 @@ impl Entry {
             exited,
             exec_template: Mutex::new(None),
             pending_exit: Mutex::new(None),
+            starting: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

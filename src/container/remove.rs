@@ -14,6 +14,7 @@ impl Containers {
                 return Ok(());
             };
             me.stop_held(&held, Duration::ZERO).await?;
+            crate::failpoint!("container.remove.after_stop");
             let record = held.entry.snapshot();
             teardown::release(&me, &record)
                 .await

@@ -1,6 +1,7 @@
 //! StartContainer: the pod's monitor lets the created process run.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::monitor_of;
 use super::{ContainerError, Containers, Phase, detached};
@@ -20,18 +21,31 @@ impl Containers {
             }
             let pod = me.sandboxes.get(&record.pod_id)?;
             let monitor = monitor_of(&pod)?;
-            let started_at = monitor
+            held.entry.starting.store(true, Ordering::SeqCst);
+            let started = monitor
                 .start(&held.id, me.ctx.monitor_timeout)
                 .await
-                .map_err(ContainerError::monitor(&held.id, "starting it"))?;
+                .map_err(ContainerError::monitor(&held.id, "starting it"));
+            crate::failpoint!("container.start.after_start");
             // The exit may already have been recorded (a command that ends at once): the
             // container then stays exited, now with its start time.
-            let record = held.entry.commit(&me.ctx, |r| {
-                r.started_at = started_at;
-                if r.phase == Phase::Created {
-                    r.phase = Phase::Running;
+            let committed = started.and_then(|started_at| {
+                held.entry.commit(&me.ctx, |r| {
+                    r.started_at = started_at;
+                    if r.phase == Phase::Created {
+                        r.phase = Phase::Running;
+                    }
+                })
+            });
+            held.entry.starting.store(false, Ordering::SeqCst);
+            let record = match committed {
+                Ok(record) => record,
+                Err(e) => {
+                    me.take_pending_exit(&held.id, &held.entry);
+                    return Err(e);
                 }
-            })?;
+            };
+            crate::failpoint!("container.start.after_record");
             tracing::info!("container started");
             me.publish(&held.id, super::EventKind::Started, &record.pod_id);
             me.take_pending_exit(&held.id, &held.entry);

@@ -16,6 +16,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
         errors.push(e);
     }
     drop(forgotten);
+    crate::failpoint!("container.teardown.after_forget");
     let (ctx, images, id, cgroup, record) = (
         c.ctx.clone(),
         c.images.clone(),
@@ -30,6 +31,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
             errors.push(format!("remove cgroup: {e}"));
         }
         drop(t);
+        crate::failpoint!("container.teardown.after_cgroup");
         if let Err(e) = rootfs::remove_dir(&ctx.runtime_root.join(&id)) {
             errors.push(e);
         }
@@ -38,9 +40,11 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
             errors.push(e);
         }
         drop(t);
+        crate::failpoint!("container.teardown.after_rootfs");
         if let Err(e) = images.release(&id) {
             errors.push(format!("release the image: {e}"));
         }
+        crate::failpoint!("container.teardown.after_image_release");
         errors.extend(super::volumes::release_all(&images, &record));
         if errors.is_empty() {
             if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id)) {

@@ -68,7 +68,9 @@ fn run_code(e: &RunFailure) -> Code {
 /// the plugin's own message. A network configuration that cannot work is the node's state.
 fn cni_code(e: &CniError) -> Code {
     match e {
-        CniError::PluginFailed { .. } | CniError::Timeout { .. } => Code::Unavailable,
+        CniError::PluginFailed { .. } => Code::Unavailable,
+        // The plugin was killed at its deadline; a retry may find it quicker.
+        CniError::Timeout { .. } => Code::DeadlineExceeded,
         CniError::Spawn { source, .. } => io_code(source),
         CniError::NoConfig(_) | CniError::BadConfig { .. } | CniError::PluginMissing { .. } => {
             Code::FailedPrecondition
@@ -90,6 +92,9 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Sandbox(e) => sandbox_code(e),
         ContainerError::Image(ImageError::Reference(_)) => Code::InvalidArgument,
         ContainerError::Image(ImageError::NotFound(_)) => Code::NotFound,
+        // Holding the image writes to the store: a full disk there is ResourceExhausted.
+        ContainerError::Image(ImageError::Store(s)) => store_code(s),
+        ContainerError::Image(ImageError::Io { source, .. }) => io_code(source),
         ContainerError::Image(_) => Code::FailedPrecondition,
         ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
         ContainerError::Spec(_) => Code::InvalidArgument,
@@ -121,6 +126,7 @@ fn monitor_code(e: &MonitorError) -> Code {
         MonitorError::Protocol(_) => Code::Internal,
         MonitorError::Spawn(_)
         | MonitorError::Vanished(_)
+        | MonitorError::Died(_)
         | MonitorError::Timeout(_)
         | MonitorError::Io(_) => Code::Unavailable,
     }

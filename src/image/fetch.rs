@@ -164,11 +164,13 @@ impl Images {
                 let changed = table.add(record);
                 // Images that lost a name are saved first, the new record last: a crash in
                 // between leaves the name on no image (the pull did not finish), never on two.
+                crate::failpoint!("image.pull.before_record");
                 for c in changed.iter().filter(|c| **c != id).chain([&id]) {
                     if let Some(r) = table.get(c) {
                         crate::store::save(&self.paths.record(c), r)?;
                     }
                 }
+                crate::failpoint!("image.pull.after_record");
                 let saved = table.get(&id).cloned();
                 self.publish(table)?;
                 Ok(saved)
@@ -230,7 +232,10 @@ impl Images {
                 off_thread("copying a blob", move || copy_file(&path, ingest)).await?
             }
         };
-        self.commit_ingest(ingest, &desc.digest, size, &what).await
+        self.commit_ingest(ingest, &desc.digest, size, &what)
+            .await?;
+        crate::failpoint!("image.pull.after_blob");
+        Ok(())
     }
 
     async fn commit_ingest(
@@ -305,6 +310,7 @@ impl Images {
             .map_err(|error| PullError::Layer { blob, error })
         })
         .await?;
+        crate::failpoint!("image.pull.after_layer");
         super::lock(&self.layer_usage).insert(layer.chain_id.clone(), meta);
         Ok(())
     }

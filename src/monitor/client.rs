@@ -21,6 +21,8 @@ pub enum MonitorError {
     Setup { step: String, error: String },
     #[error("monitor exited before it was ready (see {0})")]
     Vanished(PathBuf),
+    #[error("the pod monitor (pid {0}) died before it answered")]
+    Died(i32),
     #[error("monitor did not answer within {0:?}")]
     Timeout(Duration),
     #[error("monitor connection: {0}")]
@@ -98,7 +100,7 @@ pub fn read_pidfile(dir: &Path) -> Option<Identity> {
 impl MonitorHandle {
     /// Asks the monitor for its identity; fails if another process answers or none does.
     pub async fn ping(&self, timeout: Duration) -> Result<(), MonitorError> {
-        match request(&self.dir, &Request::Ping, timeout).await? {
+        match self.ask(&Request::Ping, timeout).await? {
             Reply::Ok { identity, .. } if identity == self.identity => Ok(()),
             Reply::Ok { identity, .. } => Err(MonitorError::Protocol(format!(
                 "socket answered as monitor {}, expected {}",
@@ -110,7 +112,7 @@ impl MonitorHandle {
 
     /// Creates a container; returns its process id.
     pub async fn create(&self, req: CreateRequest, timeout: Duration) -> Result<i32, MonitorError> {
-        match request(&self.dir, &Request::Create(Box::new(req)), timeout).await? {
+        match self.ask(&Request::Create(Box::new(req)), timeout).await? {
             Reply::Created { pid } => Ok(pid),
             other => Err(unexpected(other)),
         }
@@ -119,7 +121,7 @@ impl MonitorHandle {
     /// Starts a created container; returns when it started (nanoseconds since the epoch).
     pub async fn start(&self, id: &str, timeout: Duration) -> Result<i64, MonitorError> {
         let req = Request::Start { id: id.to_owned() };
-        match request(&self.dir, &req, timeout).await? {
+        match self.ask(&req, timeout).await? {
             Reply::Started { started_at } => Ok(started_at),
             other => Err(unexpected(other)),
         }
@@ -158,14 +160,39 @@ impl MonitorHandle {
         req: ExecRequest,
         timeout: Duration,
     ) -> Result<ExecOutput, MonitorError> {
-        match request(&self.dir, &Request::Exec(Box::new(req)), timeout).await? {
+        match self.ask(&Request::Exec(Box::new(req)), timeout).await? {
             Reply::Exec(out) => Ok(out),
             other => Err(unexpected(other)),
         }
     }
 
+    /// Asks the monitor, which may die while answering (killed, out of memory): its death
+    /// ends the wait at once. No EOF need come: a created container's process holds a copy of
+    /// the connection until it starts.
+    async fn ask(&self, req: &Request, timeout: Duration) -> Result<Reply, MonitorError> {
+        let died = async {
+            if self.exited().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            // A reply written before the monitor died is still read.
+            biased;
+            reply = request(&self.dir, req, timeout) => match reply {
+                Err(MonitorError::Io(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && !super::is_alive(&self.identity) =>
+                {
+                    Err(MonitorError::Died(self.identity.pid))
+                }
+                other => other,
+            },
+            () = died => Err(MonitorError::Died(self.identity.pid)),
+        }
+    }
+
     async fn done(&self, req: &Request, timeout: Duration) -> Result<(), MonitorError> {
-        match request(&self.dir, req, timeout).await? {
+        match self.ask(req, timeout).await? {
             Reply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -308,6 +335,10 @@ async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, 
     let answer = tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| MonitorError::Timeout(timeout))??;
+    if answer.is_empty() {
+        // The connection closed without a word: the monitor is exiting (or was killed).
+        return Err(MonitorError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
     serde_json::from_str(&answer)
         .map_err(|e| MonitorError::Protocol(format!("unreadable reply {answer:?}: {e}")))
 }

@@ -17,6 +17,11 @@ use crate::sys::{self, ForkResult};
 
 /// Entry point of `crust monitor`; returns the process exit code.
 pub fn main() -> i32 {
+    // The daemon's environment: a test that arms a monitor failpoint arms every monitor.
+    #[cfg(debug_assertions)]
+    if let Err(e) = crate::failpoint::arm() {
+        return report_failure("arm a failpoint", &e);
+    }
     let mut input = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut input) {
         return report_failure("read config", &e.to_string());
@@ -59,6 +64,7 @@ fn run(config: MonitorConfig) -> i32 {
             return report_failure("bind control socket", &e.to_string());
         }
     };
+    crate::failpoint!("monitor.before_ready");
     report(&Ready::Ok(identity));
     log(&format!(
         "monitor {} ready for sandbox {}",

@@ -95,7 +95,10 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
     drop(monitor.watch(spawned.pid, since));
     let (outcome, console) = tokio::join!(spawned.outcome(), receive_console(ours.console));
     let pid = match outcome {
-        Outcome::Pid(pid) => Pid::from_raw(pid),
+        Outcome::Pid(pid) => {
+            crate::failpoint!("monitor.create.after_libcontainer");
+            Pid::from_raw(pid)
+        }
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&req.dir.join(RUNTIME_LOG));
             return err(fault, with_logged(error, &logged));
@@ -254,6 +257,7 @@ pub fn start(monitor: &Monitor, id: &str) -> Reply {
     if let Err(e) = started {
         return err(Fault::Failed, format!("starting container {id}: {e}"));
     }
+    crate::failpoint!("monitor.start.after_start");
     let now = now_nanos();
     if let Some(w) = monitor.workloads.borrow_mut().get_mut(id) {
         w.started_at = Some(now);

@@ -41,9 +41,13 @@ pub(super) async fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // A group of its own: a plugin past its deadline is killed with the children it
+        // started (which would otherwise hold its pipes and live on).
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_err)?;
+    let group = child.id().map(|pid| nix::unistd::Pid::from_raw(pid as i32));
     let input = serde_json::to_vec(conf).unwrap_or_default();
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -60,17 +64,23 @@ pub(super) async fn run(
         let status = child.wait().await?;
         std::io::Result::Ok((status, stdout?, stderr?))
     };
-    let (status, (stdout, too_long), (stderr, _)) = match tokio::time::timeout(timeout, work).await
-    {
-        Ok(out) => out.map_err(spawn_err)?,
-        Err(_) => {
-            return Err(CniError::Timeout {
-                plugin,
-                command,
-                timeout,
-            });
-        }
-    };
+    let mut work = std::pin::pin!(work);
+    let (status, (stdout, too_long), (stderr, _)) =
+        match tokio::time::timeout(timeout, &mut work).await {
+            Ok(out) => out.map_err(spawn_err)?,
+            Err(_) => {
+                // The plugin is not reaped yet (its wait is part of `work`, not dropped until this
+                // returns), so its pid still names its group.
+                if let Some(group) = group {
+                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                }
+                return Err(CniError::Timeout {
+                    plugin,
+                    command,
+                    timeout,
+                });
+            }
+        };
     if too_long {
         return Err(CniError::PluginFailed {
             plugin,

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{SandboxError, Sandboxes};
+use std::path::Path;
+
+use super::{SandboxContext, SandboxError, Sandboxes};
 
 impl Sandboxes {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
@@ -17,15 +19,20 @@ impl Sandboxes {
         };
         self.release_held(&held).await?;
         let record = held.entry.snapshot();
-        match std::fs::remove_dir_all(&record.dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(SandboxError::Teardown {
-                    id: held.id,
-                    errors: format!("remove {}: {e}", record.dir.display()),
-                });
-            }
-            _ => {}
+        // The record first: a crash midway leaves a directory without a record, which the
+        // next start discards, never a record of a half-deleted sandbox.
+        let path = SandboxContext::record_path(&record.dir);
+        let removed = remove_file(&path).and_then(|()| {
+            crate::failpoint!("sandbox.remove.after_record_deleted");
+            remove_tree(&record.dir)
+        });
+        if let Err(errors) = removed {
+            return Err(SandboxError::Teardown {
+                id: held.id,
+                errors,
+            });
         }
+        crate::failpoint!("sandbox.remove.after_dir");
         self.cpu_rates.forget(&held.id);
         let mut table = self.table();
         table.by_id.remove(&held.id);
@@ -33,5 +40,23 @@ impl Sandboxes {
             table.names.remove(&record.spec.metadata);
         }
         Ok(())
+    }
+}
+
+fn remove_file(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn remove_tree(dir: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("remove {}: {e}", dir.display()))
+        }
+        _ => Ok(()),
     }
 }

@@ -73,6 +73,7 @@ impl Sandboxes {
                 cleanup: None,
             });
         }
+        crate::failpoint!("sandbox.run.after_creating_record");
         let brought_up = bring_up(&self.ctx, &mut record, hostname).await;
         let saved = match brought_up {
             Ok(()) => {
@@ -93,6 +94,7 @@ impl Sandboxes {
                 cleanup,
             });
         }
+        crate::failpoint!("sandbox.run.after_ready_record");
         let entry = self.insert(record);
         self.watch(&entry);
         Ok(())
@@ -261,11 +263,18 @@ async fn bring_up(
         .await
         .map_err(|e| ("start the pod monitor", e.into()))?;
     drop(started);
+    crate::failpoint!("sandbox.run.after_monitor");
     record.monitor = Some(handle.identity);
     let network = async {
         let _t = Timed::start("CNI ADD done");
         match &record.network {
-            Some(net) => ctx.cni.add(&net.list, &net.attachment).await.map(Some),
+            Some(net) => {
+                let added = ctx.cni.add(&net.list, &net.attachment).await;
+                if added.is_ok() {
+                    crate::failpoint!("sandbox.run.after_cni_add");
+                }
+                added.map(Some)
+            }
             None => Ok(None),
         }
     };
@@ -277,7 +286,11 @@ async fn bring_up(
     let cgroup = tokio::task::spawn_blocking(move || {
         let _in = span.enter();
         let _t = Timed::start("pod cgroup created");
-        cgroups.create_pod(&path, &pids)
+        let created = cgroups.create_pod(&path, &pids);
+        if created.is_ok() {
+            crate::failpoint!("sandbox.run.after_cgroup");
+        }
+        created
     });
     let (net, cg) = tokio::join!(network, cgroup);
     let net = net.map_err(|e| ("set up the pod network", e.into()))?;

@@ -27,6 +27,7 @@ impl Sandboxes {
         }
         held.entry.stop_watching();
         let released = teardown::release(&self.ctx, &record).await;
+        crate::failpoint!("sandbox.stop.before_record");
         self.commit(&held.entry, |r| match &released {
             Ok(()) => {
                 r.phase = Phase::Stopped;

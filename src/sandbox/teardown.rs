@@ -39,6 +39,7 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
         if let Err(e) = handle.shutdown(ctx.monitor_timeout).await {
             errors.push(format!("stop monitor: {e}"));
         }
+        crate::failpoint!("sandbox.teardown.after_monitor");
     }
     if let Err(e) = super::files::unmount_shm(&record.dir) {
         errors.push(format!("unmount the pod's /dev/shm: {e}"));
@@ -60,6 +61,7 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
     if let Err(e) = removed.await.map_err(|e| e.to_string()).and_then(|r| r) {
         errors.push(format!("remove pod cgroup: {e}"));
     }
+    crate::failpoint!("sandbox.teardown.after_cgroup");
     errors
 }
 
@@ -71,6 +73,7 @@ async fn release_network(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<St
         if let Err(e) = ctx.cni.del(&net.list, &net.attachment, prev).await {
             errors.push(e.to_string());
         }
+        crate::failpoint!("sandbox.teardown.after_cni_del");
     }
     if let Some(pin) = &record.pins.net {
         if let Err(e) = unpin(pin) {

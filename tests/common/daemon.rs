@@ -116,6 +116,11 @@ impl Daemon {
 
     /// Starts `crust serve` and waits for its socket to answer.
     pub fn launch(&mut self) {
+        self.launch_with(&[]);
+    }
+
+    /// Like `launch`, with more environment variables (a failpoint to arm).
+    pub fn launch_with(&mut self, env: &[(&str, &str)]) {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -133,6 +138,7 @@ impl Daemon {
             .arg(&self.state)
             .arg("--log-level")
             .arg("debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
