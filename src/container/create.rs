@@ -11,7 +11,7 @@ use super::{
     ContainerError, ContainerRecord, ContainerSpec, Containers, ImageInfo, Phase, ResolvedUser,
     blocking, detached, monitor_of, now_nanos, rootfs, teardown,
 };
-use crate::monitor::{CreateRequest, MonitorHandle};
+use crate::monitor::CreateRequest;
 use crate::sandbox::{NamespaceMode, SandboxRecord};
 
 type Step = (&'static str, ContainerError);

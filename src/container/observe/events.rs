@@ -48,7 +48,12 @@ impl Containers {
     }
 
     /// Publishes a change with the pod record given (a removed pod's last record).
-    pub(in crate::container) fn publish_for(&self, id: &str, kind: EventKind, pod: Arc<SandboxRecord>) {
+    pub(in crate::container) fn publish_for(
+        &self,
+        id: &str,
+        kind: EventKind,
+        pod: Arc<SandboxRecord>,
+    ) {
         let containers = self.list(&ContainerFilter {
             pod_id: Some(pod.id.clone()),
             ..Default::default()

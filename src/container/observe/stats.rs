@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::container::{ContainerError, ContainerFilter, ContainerRecord, Containers, Phase, now_nanos};
+use crate::container::{
+    ContainerError, ContainerFilter, ContainerRecord, Containers, Phase, now_nanos,
+};
 use crate::sandbox::{PodStats, SandboxFilter};
 use crate::stats::cadvisor::{self, Metric, Observed, Subject};
 use crate::stats::{CgroupSample, CpuRates, Detail, Filesystem};
