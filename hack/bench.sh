@@ -7,9 +7,13 @@
 # Then containers (crust-bench-containers): create/start/stop/remove, ExecSync, a pod with a
 # container from nothing, the runtime's memory for a pod of five containers, exit to event, and
 # kubelet's relist with 110 pods of 3 containers; CONTAINER_ARGS passes options to it.
+# The exec round trip twice: through `crictl exec` and through crust-bench-containers' own
+# SPDY client (no crictl process start); EXEC_ONLY=1 measures only those two.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
+EXEC_ONLY=${EXEC_ONLY:-}
+[ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
@@ -91,7 +95,7 @@ printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$W/net.d" > "$W/
 CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
-"$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+[ -n "$EXEC_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
   --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS
 exec_roundtrip crust "unix://$W/crust/crust.sock"
@@ -116,7 +120,7 @@ wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
-"$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
+[ -n "$EXEC_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
   --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS
 exec_roundtrip containerd "unix://$C/containerd.sock"

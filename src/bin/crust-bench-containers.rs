@@ -10,6 +10,8 @@
 
 #[path = "bench/common.rs"]
 mod common;
+#[path = "bench/stream_exec.rs"]
+mod stream_exec;
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,12 @@ struct Args {
     per_pod: usize,
     #[arg(long)]
     daemon_pid: Option<i32>,
+    /// Execs of `true` over the streaming server (Exec RPC, SPDY stream, exit status).
+    #[arg(long, default_value_t = 100)]
+    stream_execs: usize,
+    /// Measure only the execs over the streaming server.
+    #[arg(long)]
+    only_stream_execs: bool,
 }
 
 type Client = RuntimeServiceClient<Channel>;
@@ -53,11 +61,41 @@ async fn main() -> anyhow::Result<()> {
     let mut c = crust::cri::client::runtime(&args.endpoint)
         .await
         .with_context(|| format!("connecting to {}", args.endpoint))?;
+    if args.only_stream_execs {
+        return stream_execs(&mut c, &args).await;
+    }
     lifecycle(&mut c, &args).await?;
+    stream_execs(&mut c, &args).await?;
     from_nothing(&mut c, &args).await?;
     memory(&mut c, &args).await?;
     exit_events(&mut c, &args).await?;
     relist(&mut c, &args).await
+}
+
+/// `true` in a running container through Exec and a SPDY stream, one after another.
+async fn stream_execs(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let pod = run_pod(c, "stream-exec").await?;
+    let id = create_container(c, &pod, "sleeper", &args.image, SLEEPER).await?;
+    start_container(c, &id).await?;
+    // ExecSync in the same rounds: what the stream adds, on the same load.
+    let (mut took, mut sync) = (Vec::new(), Vec::new());
+    for i in 0..args.warmup + args.stream_execs {
+        let t = stream_exec::round_trip(c, &id).await?;
+        let s = Instant::now();
+        c.exec_sync(pb::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            timeout: 10,
+        })
+        .await?;
+        if i >= args.warmup {
+            took.push(t);
+            sync.push(s.elapsed());
+        }
+    }
+    report(&args.label, "Exec over SPDY (true), no crictl", &took);
+    report(&args.label, "ExecSync (true), same rounds", &sync);
+    remove_pod(c, &pod).await
 }
 
 /// How long after a container's process died a GetContainerEvents subscriber hears of it:

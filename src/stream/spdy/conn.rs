@@ -31,6 +31,8 @@ use crate::stream::idle::Idle;
 
 /// The largest DATA frame this end writes (Go's `io.Copy` buffer size).
 const MAX_SEND_FRAME: usize = 32 * 1024;
+/// How much one read of the socket may take: several frames per read when the peer is ahead.
+const READ_BUF: usize = 256 * 1024;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -41,6 +43,8 @@ pub struct Settings {
     pub idle_timeout: Duration,
     /// Received bytes a stream buffers before the connection stops reading.
     pub inbox_bytes: usize,
+    /// The receive window advertised to the peer, for the connection and each stream.
+    pub recv_window: u32,
 }
 
 impl Default for Settings {
@@ -50,6 +54,8 @@ impl Default for Settings {
             max_streams: 256,
             idle_timeout: Duration::from_secs(4 * 3600),
             inbox_bytes: 256 * 1024,
+            // One WINDOW_UPDATE per 512 KiB received instead of one per 32 KiB frame.
+            recv_window: 1 << 20,
         }
     }
 }
@@ -290,15 +296,24 @@ struct Reader {
 
 impl Reader {
     async fn run(mut self, mut rd: Pin<Box<dyn AsyncRead + Send>>) {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut buf = BytesMut::with_capacity(READ_BUF);
         self.shared.touch();
+        let advertised = {
+            let window = self.shared.settings.recv_window;
+            self.shared.state().proto.advertise_recv_window(window)
+        };
+        if let Err(e) = self.shared.write(&advertised).await {
+            tracing::debug!(error = %e, "SPDY connection ended before it started");
+            self.shared.mark_closed();
+            return;
+        }
         let why = loop {
             match self.drain(&mut buf).await {
                 Ok(()) => {}
                 Err(e) => break e,
             }
-            if buf.capacity() - buf.len() < 16 * 1024 {
-                buf.reserve(64 * 1024);
+            if buf.capacity() - buf.len() < READ_BUF / 4 {
+                buf.reserve(READ_BUF);
             }
             tokio::select! {
                 n = rd.read_buf(&mut buf) => match n {

@@ -214,3 +214,30 @@ fn a_client_opens_odd_streams_and_takes_one_reply() {
         vec![Frame::RstStream(RstStream::new(1, RstStatus::StreamInUse))]
     );
 }
+
+#[test]
+fn an_advertised_window_is_replenished_at_its_half() {
+    let mut c = Conn::new(Role::Server, 10);
+    let frames = c.advertise_recv_window(1 << 20);
+    let settings = match &frames[0] {
+        Frame::Settings(s) => s.get(settings::INITIAL_WINDOW_SIZE),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(settings, Some(1 << 20));
+    assert_eq!(frames[1], window_update(0, (1 << 20) - DEFAULT_WINDOW));
+    c.recv(syn(1, false)).unwrap();
+    // 32 KiB frames: no update until half the window (512 KiB) has come, then one each.
+    for _ in 0..15 {
+        assert!(
+            c.recv(data(1, 32 * 1024, false))
+                .unwrap()
+                .replies
+                .is_empty()
+        );
+    }
+    let o = c.recv(data(1, 32 * 1024, false)).unwrap();
+    assert_eq!(
+        o.replies,
+        vec![window_update(0, 512 * 1024), window_update(1, 512 * 1024)]
+    );
+}
