@@ -20,15 +20,26 @@
 # Usage: hack/critest.sh [critest flags...]
 #   e.g. hack/critest.sh --ginkgo.focus='PodSandbox' --ginkgo.v   (specs outside a focus are
 #   reported as not run; the skip list applies as always)
-# Env: CRUST_BIN (default target/debug/crust), CRITEST, CRICTL, OFFLINE_REGISTRY (script),
-#      CRITEST_SKIPS (default critest-config/skips.txt), CRITEST_KEEP=1 (keep the work dir).
+# Env: CRUST_BIN (default target/debug/crust), CRITEST, CRICTL, OFFLINE_REGISTRY (script, or
+#      "running": a registry serving that script's storage already listens on 127.0.0.1:5000,
+#      as in the cgroup v2 guest of hack/cgroupv2-tests.sh, which has no curl),
+#      CRITEST_CGROUP_DRIVER (cgroupfs, the default, or systemd: the pods then go in a slice
+#      of this run's own), CRITEST_SKIPS (default critest-config/skips.txt), CRITEST_KEEP=1
+#      (keep the work dir).
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
 
 fail() { echo "critest: FAILED: $*" >&2; exit 1; }
 
-for t in jq curl ip; do
+registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
+driver=${CRITEST_CGROUP_DRIVER:-cgroupfs}
+case $driver in cgroupfs|systemd) ;; *) fail "CRITEST_CGROUP_DRIVER is cgroupfs or systemd, not $driver" ;; esac
+needs=(jq ip)
+# Only the registry script speaks HTTP here.
+[ "$registry" = running ] || needs+=(curl)
+[ "$driver" = cgroupfs ] || needs+=(systemctl)
+for t in "${needs[@]}"; do
   command -v "$t" >/dev/null || fail "$t is missing (hack/install-deps.sh test installs it)"
 done
 if [ -z "${CRITEST:-}" ] || [ -z "${CRICTL:-}" ]; then
@@ -56,14 +67,19 @@ while IFS= read -r re; do skip_args+=("--ginkgo.skip=$re"); done \
   < <(jq -r '.[].regex' <<<"$skips_json")
 
 # --- the offline registry (../shared beside this repo, as laid out for every session and CI)
-registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
-[ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
-# Stand-ins for images critest pulls that the registry script does not build, if any (its format).
-extra=$top/critest-config/offline-images.txt
-if [ -f "$extra" ] && grep -qvE '^[[:space:]]*(#|$)' "$extra"; then
-  export OFFLINE_REGISTRY_EXTRA=$extra
+if [ "$registry" = running ]; then
+  (exec 3<>/dev/tcp/127.0.0.1/5000) 2>/dev/null ||
+    fail "OFFLINE_REGISTRY=running, but nothing listens on 127.0.0.1:5000"
+else
+  [ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
+  # Stand-ins for images critest pulls that the registry script does not build, if any (its
+  # format).
+  extra=$top/critest-config/offline-images.txt
+  if [ -f "$extra" ] && grep -qvE '^[[:space:]]*(#|$)' "$extra"; then
+    export OFFLINE_REGISTRY_EXTRA=$extra
+  fi
+  bash "$registry" start || fail "the offline registry did not start ($registry)"
 fi
-bash "$registry" start || fail "the offline registry did not start ($registry)"
 
 # --- a crust of our own
 work=$(mktemp -d /tmp/crust-critest.XXXXXX)
@@ -76,8 +92,13 @@ for _ in 1 2 3 4 5 6 7 8; do
 done
 subnet=10.89.$n.0/24
 # This daemon's pods go in a cgroup parent of their own, so what a failed spec leaves is easy
-# to find and remove.
-cgroup_parent=/crust-critest-$(basename "$work" | tr -dc 'A-Za-z0-9')
+# to find and remove: a directory for the cgroupfs driver, a slice for the systemd driver.
+tag=$(basename "$work" | tr -dc 'A-Za-z0-9')
+if [ "$driver" = systemd ]; then
+  cgroup_parent=crustcritest$tag.slice
+else
+  cgroup_parent=/crust-critest-$tag
+fi
 
 cleanup() {
   # critest removes its pods, but a failed spec can leave some: remove them through the daemon
@@ -94,10 +115,14 @@ cleanup() {
     fi
   done
   grep " $work" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l || true
-  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    [ -d "$h${cgroup_parent#/}" ] || continue
-    find "$h${cgroup_parent#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
-  done
+  if [ "$driver" = systemd ]; then
+    systemctl stop "$cgroup_parent" 2>/dev/null || true
+  else
+    for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+      [ -d "$h${cgroup_parent#/}" ] || continue
+      find "$h${cgroup_parent#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+  fi
   ip link del "$bridge" 2>/dev/null || true
   if [ -n "${CRITEST_KEEP:-}" ]; then echo "critest: work dir kept: $work"; else rm -rf "$work"; fi
 }
@@ -112,7 +137,8 @@ cat > "$work/net.d/10-critest.conflist" <<JSON
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
-printf 'default_cgroup_parent = "%s"\n' "$cgroup_parent" > "$work/config.toml"
+printf 'cgroup_driver = "%s"\ndefault_cgroup_parent = "%s"\n' "$driver" "$cgroup_parent" \
+  > "$work/config.toml"
 cat "$top/critest-config/crust.toml" >> "$work/config.toml"
 printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >> "$work/config.toml"
 

@@ -8,6 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use common::workload::{Env, alive};
 use common::*;
@@ -307,9 +308,16 @@ fn systemctl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-#[tokio::test]
-#[ignore = "needs systemd as PID 1 on cgroup v2: hack/cgroupv2-tests.sh runs it in its guest"]
-async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
+/// The units systemd knows, loaded or not, of these pods and containers of crust's.
+fn crust_units(ids: &[&str]) -> String {
+    let units: Vec<String> = ids.iter().map(|id| format!("crust-{id}.scope")).collect();
+    let mut args = vec!["list-units", "--all", "--plain", "--no-legend"];
+    args.extend(units.iter().map(String::as_str));
+    systemctl(&args)
+}
+
+/// A daemon with `cgroup_driver = "systemd"`, after checking systemd is PID 1 on cgroup v2.
+async fn systemd_env() -> Env {
     assert_eq!(
         hierarchy(),
         Hierarchy::V2,
@@ -317,7 +325,7 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     );
     let comm = std::fs::read_to_string("/proc/1/comm").unwrap();
     assert_eq!(comm.trim(), "systemd", "systemd must be PID 1");
-    let mut e = Env::start_with(|d| {
+    Env::start_with(|d| {
         let text = std::fs::read_to_string(&d.config).unwrap();
         let text = text.replace(
             &format!("default_cgroup_parent = {:?}", d.cgroup_parent),
@@ -325,7 +333,47 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
         );
         std::fs::write(&d.config, text).unwrap();
     })
-    .await;
+    .await
+}
+
+/// A pod whose parent is named as kubelet's systemd driver names it:
+/// `kubepods-burstable-pod<uid>.slice`.
+async fn kubelet_pod(e: &mut Env, name: &str, slice: &str) -> (String, pb::PodSandboxConfig) {
+    let mut config = pod_config(name);
+    config.log_directory = e.d.dir.join("logs").join(name).display().to_string();
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .cgroup_parent = slice.into();
+    (run_pod(&mut e.c, config.clone()).await, config)
+}
+
+/// After removal systemd holds no unit of the pod's or its containers' (`ids`) and the pod's
+/// slice no cgroup; then the slice goes, as kubelet removes it. Tests run side by side, each
+/// with a pod slice of its own, so each looks at its own only.
+fn assert_nothing_left(slice: &str, ids: &[&str]) {
+    assert_eq!(crust_units(ids), "", "systemd units left");
+    let slice_dir = systemd_dir(&format!("{slice}:crust:none"));
+    let slice_dir = slice_dir.parent().unwrap();
+    assert!(slice_dir.is_dir(), "{} is gone", slice_dir.display());
+    let left: Vec<_> = std::fs::read_dir(slice_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "cgroups left in {}: {left:?}",
+        slice_dir.display()
+    );
+    let _ = systemctl(&["stop", slice]);
+}
+
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 on cgroup v2: hack/cgroupv2-tests.sh runs it in its guest"]
+async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
+    let mut e = systemd_env().await;
     let rc =
         e.c.runtime_config(pb::RuntimeConfigRequest {})
             .await
@@ -339,13 +387,7 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
 
     // A pod as kubelet's systemd driver names its parent.
     let slice = "kubepods-burstable-pod0c1d2e3f_4a5b.slice";
-    let mut config = pod_config("sd");
-    config.log_directory = e.d.dir.join("logs/sd").display().to_string();
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .cgroup_parent = slice.into();
-    let pod = (run_pod(&mut e.c, config.clone()).await, config);
+    let pod = kubelet_pod(&mut e, "sd", slice).await;
     let (_, info) = status(&mut e.c, &pod.0).await;
     let pod_cgroup = info["cgroup"].as_str().unwrap().to_owned();
     assert_eq!(pod_cgroup, format!("{slice}:crust:{}", pod.0));
@@ -406,8 +448,104 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     // After removal systemd holds no unit of crust's, and no cgroup is left.
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
-    let units = systemctl(&["list-units", "--all", "--plain", "--no-legend", "crust-*"]);
-    assert_eq!(units, "", "systemd units left");
     assert!(!dir.exists() && !pod_dir.exists(), "scopes' cgroups left");
-    let _ = systemctl(&["stop", "kubepods.slice"]);
+    assert_nothing_left(slice, &[&pod.0, &id]);
+}
+
+// Not yet in hack/cgroupv2-tests.sh's list: it passed once in the guest, then (after the
+// slice fix, alone) did not finish within 7 minutes and took the guest with it. To be
+// understood before it joins the list; run it by hand with --include-ignored under systemd.
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 on cgroup v2; not yet in hack/cgroupv2-tests.sh's list"]
+async fn the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope() {
+    let mut e = systemd_env().await;
+    let slice = "kubepods-burstable-pod1a2b3c4d_5e6f.slice";
+    let pod = kubelet_pod(&mut e, "oom", slice).await;
+    let mut config = e.config(
+        "hog",
+        &["sh", "-c", "x=0123456789; while true; do x=$x$x; done"],
+    );
+    config.linux.as_mut().unwrap().resources = Some(limits(32 << 20, 32 << 20, 0, 0));
+    let hog = e.run(&pod, config).await;
+    let scope = systemd_dir(e.info(&hog).await["cgroup"].as_str().unwrap());
+    let s = e.wait_exit(&hog, Duration::from_secs(60)).await;
+    assert_eq!(
+        (s.exit_code, s.reason.as_str()),
+        (137, "OOMKilled"),
+        "{s:?}"
+    );
+    // The kill is counted in the container's scope, not in the pod's.
+    let (_, info) = status(&mut e.c, &pod.0).await;
+    let pod_scope = systemd_dir(info["cgroup"].as_str().unwrap());
+    assert_eq!(oom_kills(&pod_scope), 0, "{}", pod_scope.display());
+    assert!(
+        !scope.exists() || oom_kills(&scope) > 0,
+        "{}",
+        scope.display()
+    );
+    // A plain SIGKILL is not an OOM kill.
+    let id = e.run(&pod, e.config("killed", &["sleep", "600"])).await;
+    e.stop(&id, 0).await;
+    let s = e.status(&id).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "Error"));
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert_nothing_left(slice, &[&pod.0, &hog, &id]);
+}
+
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 on cgroup v2: hack/cgroupv2-tests.sh runs it in its guest"]
+async fn the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal() {
+    let mut e = systemd_env().await;
+    let slice = "kubepods-burstable-pod2b3c4d5e_6f7a.slice";
+    let pod = kubelet_pod(&mut e, "survivor", slice).await;
+    let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
+    let info = e.info(&id).await;
+    let pid = info["pid"].as_i64().unwrap();
+    let scope = systemd_dir(info["cgroup"].as_str().unwrap());
+    let unit = format!("crust-{id}.scope");
+
+    e.d.kill9();
+    assert!(alive(pid), "a daemon crash does not touch containers");
+    e.d.launch();
+    e.c = e.d.client().await;
+
+    // Recovered: running, same process, still in its scope, which systemd still runs.
+    let s = e.status(&id).await;
+    assert_eq!(s.state, pb::ContainerState::ContainerRunning as i32);
+    assert_eq!(e.info(&id).await["pid"].as_i64().unwrap(), pid);
+    let procs = read(&scope, "cgroup.procs");
+    assert!(procs.lines().any(|p| p == pid.to_string()), "{procs}");
+    assert_eq!(systemctl(&["is-active", &unit]), "active");
+    // The restarted daemon still finds the scope to update.
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(limits(96 << 20, 96 << 20, 256, 30_000)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(read(&scope, "memory.max"), (96u64 << 20).to_string());
+    assert_eq!(read(&scope, "cpu.max"), "30000 100000");
+
+    stop_pod(&mut e.c, &pod.0).await;
+    assert!(!alive(pid));
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    assert!(!scope.exists(), "{} left", scope.display());
+    assert_nothing_left(slice, &[&pod.0, &id]);
+}
+
+/// The `oom_kill` count of a v2 cgroup's memory.events.
+fn oom_kills(dir: &Path) -> u64 {
+    read(dir, "memory.events")
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .unwrap_or_else(|| panic!("no oom_kill in {}/memory.events", dir.display()))
+        .parse()
+        .unwrap()
 }

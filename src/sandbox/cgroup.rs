@@ -59,7 +59,13 @@ impl CgroupSettings {
         };
         match self.driver {
             CgroupDriver::Cgroupfs => format!("{}/crust-{id}", parent.trim_end_matches('/')),
-            CgroupDriver::Systemd => format!("{parent}:crust:{id}"),
+            CgroupDriver::Systemd => {
+                let slice = match slice_name(parent) {
+                    "" => slice_name(&self.default_parent),
+                    slice => slice,
+                };
+                format!("{slice}:crust:{id}")
+            }
         }
     }
 
@@ -312,6 +318,19 @@ fn systemd_dir(path: &str) -> PathBuf {
     dir
 }
 
+/// The slice a systemd-driver parent names. Clients send a slice's name
+/// (`kubepods-burstable-pod<uid>.slice`) or its path (`/test.slice` from critest,
+/// `/kubepods.slice/kubepods-burstable.slice/...`); a slice's name already holds its parents,
+/// so the last part is the slice. Kept as a path, the name would be absolute and libcgroups
+/// would make a plain directory named after it instead of a scope.
+fn slice_name(parent: &str) -> &str {
+    parent
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+}
+
 fn err(path: &str, e: impl std::fmt::Display) -> CgroupError {
     CgroupError::Manager {
         path: path.to_owned(),
@@ -352,6 +371,17 @@ mod tests {
             "kubepods-burstable-pod1.slice:crust:cd"
         );
         assert_eq!(s.monitor_path(&pod), pod);
+        // A slice given as a path (critest sends `/test.slice`) is named by its last part.
+        assert_eq!(s.pod_path("/test.slice", "ab"), "test.slice:crust:ab");
+        assert_eq!(
+            s.pod_path("/kubepods.slice/kubepods-besteffort.slice/", "ab"),
+            "kubepods-besteffort.slice:crust:ab"
+        );
+        let s = CgroupSettings {
+            default_parent: "/crust.slice".into(),
+            ..s
+        };
+        assert_eq!(s.pod_path("/", "ab"), "crust.slice:crust:ab");
         assert_eq!(
             s.controller_dir(&s.container_path(&pod, "cd"), "memory"),
             Path::new(
