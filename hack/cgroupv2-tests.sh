@@ -47,8 +47,10 @@ SYSTEMD_SUITES=(
 # applies). Under emulation a spec takes about 9 s (all 35 Container and PodSandbox specs took
 # 5.5 min in the cgroupfs boot), so to stay within the guest's 15-minute budget each boot runs
 # the specs that go through cgroups: pod basics and metrics, container basics with their stats,
-# the OOM kill (21 specs); the systemd boot, whose own tests are slower, the pod ones, the OOM
-# kill, container start and stats (9). The rest of critest runs on the host.
+# the OOM kill (21 specs); the systemd boot, whose own tests are slower, the pod ones, container
+# start and stats (8). The OOM kill under the systemd driver is not here yet: its test in
+# tests/cgroups.rs hung the guest once and is ignored until understood. The rest of critest
+# runs on the host.
 CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
 CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container runtime should support basic operations on container runtime should support (starting|listing container stats) )'
 
