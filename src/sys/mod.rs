@@ -12,32 +12,16 @@ pub use nix::unistd::ForkResult;
 /// Opens a pidfd for `pid`: a handle that keeps naming this process even after the pid is reused,
 /// and becomes readable when the process exits.
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes two integers and returns a new fd or -1; no memory is shared.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    use rustix::process::{Pid, PidfdFlags};
+    let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
 }
 
 /// Sends `signal` to the process behind `pidfd` (never to a process that reused its pid).
 pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
-    // SAFETY: plain integer arguments; a null siginfo pointer is allowed by the syscall.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal as i32,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    let signal = rustix::process::Signal::from_named_raw(signal as i32)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_send_signal(pidfd, signal)?)
 }
 
 /// Waits until the process behind `pidfd` exits (its pidfd becomes readable), or `timeout`
