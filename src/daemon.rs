@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -112,7 +112,6 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         cgroup_driver: config.cgroup_driver,
         handlers: config.runtime_handlers.clone(),
         config_info: serde_json::to_string(&config).unwrap_or_default(),
-        pod_cidr: Mutex::new(String::new()),
         streams: Arc::new(streams),
     };
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");

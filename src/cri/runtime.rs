@@ -3,14 +3,14 @@
 //! `stats.rs`. RPCs not built yet answer `Unimplemented` with a sentence saying so.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use super::pb::{self, runtime_service_server::RuntimeService};
-use super::status::{self, invalid, unimplemented};
+use super::status::{self, unimplemented};
 use super::{convert, stats};
 use crate::config::CgroupDriver;
 use crate::container::Containers;
@@ -25,7 +25,6 @@ pub struct RuntimeServer {
     pub handlers: Vec<String>,
     /// Configuration as loaded, for Status's verbose info.
     pub config_info: String,
-    pub pod_cidr: Mutex<String>,
     /// Exec, Attach and PortForward URLs.
     pub streams: Arc<crate::stream::Streams>,
 }
@@ -206,10 +205,7 @@ impl RuntimeService for RuntimeServer {
                 Err(e) => serde_json::json!({"error": e.to_string()}),
             };
             info.insert("cni".to_owned(), cni.to_string());
-            info.insert(
-                "podCIDR".to_owned(),
-                self.pod_cidr.lock().map(|c| c.clone()).unwrap_or_default(),
-            );
+            info.insert("podCIDR".to_owned(), self.cni.pod_cidr());
         }
         Ok(Response::new(pb::StatusResponse {
             status: Some(pb::RuntimeStatus {
@@ -260,26 +256,14 @@ impl RuntimeService for RuntimeServer {
             .and_then(|c| c.network_config)
             .map(|n| n.pod_cidr)
             .unwrap_or_default();
-        for part in cidr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            if !crate::config::is_cidr(part) {
-                return Err(invalid(format!(
-                    "pod_cidr {part:?} is not a CIDR such as 10.88.0.0/16"
-                )));
-            }
-        }
-        if let Some(first) = cidr.split(',').map(str::trim).find(|p| !p.is_empty()) {
-            let written = self
-                .cni
-                .apply_pod_cidr(first)
-                .map_err(|e| status::network_template(first, &e))?;
-            if let Some(path) = written {
-                tracing::info!(pod_cidr = %first, config = %path.display(), "CNI config written from the template");
-            }
+        let written = self
+            .cni
+            .set_pod_cidr(&cidr)
+            .map_err(|e| status::pod_cidr(&cidr, &e))?;
+        if let Some(path) = written {
+            tracing::info!(pod_cidr = %cidr, config = %path.display(), "CNI config written from the template");
         }
         tracing::info!(pod_cidr = %cidr, "runtime config updated");
-        if let Ok(mut c) = self.pod_cidr.lock() {
-            *c = cidr;
-        }
         Ok(Response::new(pb::UpdateRuntimeConfigResponse {}))
     }
 

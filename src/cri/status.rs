@@ -19,10 +19,13 @@ pub fn invalid(msg: impl Into<String>) -> Status {
     Status::invalid_argument(msg.into())
 }
 
-/// The pod CIDR's CNI config could not be written from the template: the node's network
-/// setup, not the request, is at fault.
-pub fn network_template(pod_cidr: &str, e: &CniError) -> Status {
-    Status::failed_precondition(format!("writing the CNI config for {pod_cidr}: {e}"))
+/// UpdateRuntimeConfig's pod CIDR: one that is not a CIDR is the request's fault; a CNI config
+/// that could not be written from the template is the node's network setup's.
+pub fn pod_cidr(pod_cidr: &str, e: &CniError) -> Status {
+    match e {
+        CniError::BadPodCidr(_) => invalid(e.to_string()),
+        _ => Status::failed_precondition(format!("writing the CNI config for {pod_cidr}: {e}")),
+    }
 }
 
 impl From<SandboxError> for Status {
@@ -75,6 +78,7 @@ fn cni_code(e: &CniError) -> Code {
         CniError::NoConfig(_) | CniError::BadConfig { .. } | CniError::PluginMissing { .. } => {
             Code::FailedPrecondition
         }
+        CniError::BadPodCidr(_) => Code::InvalidArgument,
     }
 }
 

@@ -54,6 +54,8 @@ pub enum CniError {
         command: &'static str,
         source: std::io::Error,
     },
+    #[error("pod_cidr {0:?} is not a CIDR such as 10.88.0.0/16")]
+    BadPodCidr(String),
 }
 
 /// One pod's attachment to the network: everything a plugin is told about the pod.
@@ -93,6 +95,8 @@ pub struct CniSettings {
 pub struct Cni {
     settings: CniSettings,
     cache: Mutex<Option<(ConfigKey, std::sync::Arc<NetworkList>)>>,
+    /// What kubelet last sent in UpdateRuntimeConfig (comma-separated, one per family).
+    pod_cidr: Mutex<String>,
 }
 
 type ConfigKey = (PathBuf, SystemTime, u64);
@@ -113,6 +117,7 @@ impl Cni {
         Cni {
             settings,
             cache: Mutex::new(None),
+            pod_cidr: Mutex::new(String::new()),
         }
     }
 
@@ -144,13 +149,28 @@ impl Cni {
         Ok(list)
     }
 
-    /// Writes the configured template for `pod_cidr` into the conf dir; None without a
-    /// template.
-    pub fn apply_pod_cidr(&self, pod_cidr: &str) -> Result<Option<PathBuf>, CniError> {
-        match &self.settings.conf_template {
-            Some(t) => template::render(t, &self.settings.conf_dir, pod_cidr).map(Some),
-            None => Ok(None),
+    /// Takes the pod CIDRs kubelet sends (comma-separated, one per family): each must be a
+    /// CIDR; the first is written through the configured template into the conf dir (the file
+    /// written is returned; None without a template), then all are kept for Status.
+    pub fn set_pod_cidr(&self, pod_cidr: &str) -> Result<Option<PathBuf>, CniError> {
+        let mut parts = pod_cidr.split(',').map(str::trim).filter(|p| !p.is_empty());
+        if let Some(bad) = parts.clone().find(|p| !crate::config::is_cidr(p)) {
+            return Err(CniError::BadPodCidr(bad.to_owned()));
         }
+        let written = match (&self.settings.conf_template, parts.next()) {
+            (Some(t), Some(first)) => Some(template::render(t, &self.settings.conf_dir, first)?),
+            _ => None,
+        };
+        *self.pod_cidr.lock().unwrap_or_else(|e| e.into_inner()) = pod_cidr.to_owned();
+        Ok(written)
+    }
+
+    /// The pod CIDRs kubelet last sent.
+    pub fn pod_cidr(&self) -> String {
+        self.pod_cidr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether pods can be networked now; the error says why not.
@@ -250,4 +270,31 @@ impl Cni {
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_cidr_list_is_kept_only_when_every_part_is_a_cidr() {
+        let cni = Cni::new(CniSettings {
+            conf_dir: PathBuf::from("/nonexistent"),
+            conf_template: None,
+            bin_dirs: Vec::new(),
+            plugin_timeout: Duration::from_secs(1),
+        });
+        assert_eq!(cni.set_pod_cidr("10.244.0.0/24, fd00::/64").unwrap(), None);
+        assert_eq!(cni.pod_cidr(), "10.244.0.0/24, fd00::/64");
+        let err = cni.set_pod_cidr("10.244.1.0/24,10.244.1.0").unwrap_err();
+        assert!(
+            matches!(&err, CniError::BadPodCidr(p) if p == "10.244.1.0"),
+            "{err}"
+        );
+        assert_eq!(
+            cni.pod_cidr(),
+            "10.244.0.0/24, fd00::/64",
+            "a refused list changes nothing"
+        );
+    }
 }
