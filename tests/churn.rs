@@ -110,13 +110,7 @@ async fn churn(env: &Env, clients: usize, rounds: usize, until: Option<Instant>)
 
 fn assert_nothing_left(env: &Env) {
     env.d.assert_clean();
-    // The root's own tmpfs is the test's, not a leftover.
-    let own = format!("mount {}", env.d.root.display());
-    let left: Vec<_> = env
-        .container_leftovers()
-        .into_iter()
-        .filter(|l| *l != own)
-        .collect();
+    let left = env.container_leftovers();
     assert!(left.is_empty(), "container leftovers: {left:?}");
     let links = sh("ip", &["-o", "link"]);
     let veths = format!("master {}", env.d.bridge);

@@ -292,7 +292,8 @@ impl Env {
                 left.push(format!("{}/{e}", dir.display()));
             }
         }
-        let root = self.d.root.to_string_lossy().into_owned();
+        // Mounts below the root: the root itself may be a test's own tmpfs, never a leftover.
+        let root = format!("{}/", self.d.root.display());
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         left.extend(
             mounts
