@@ -191,11 +191,20 @@ fn undo_pins(config: &MonitorConfig) {
 
 /// Forks the pod's init: PID 1 of the new PID namespace, which only reaps orphans. It dies
 /// with the monitor (parent-death signal), taking the namespace's processes with it.
-fn start_init() -> nix::Result<Pid> {
+fn start_init() -> std::io::Result<Pid> {
+    // The parent-death signal only covers a monitor that dies after the child set it. The
+    // usual check (getppid() changed) cannot work here: PID 1 of a new namespace always sees
+    // 0. So the child looks at a pidfd of the monitor once the signal is armed.
+    let monitor = sys::pidfd_open(std::process::id() as i32)?;
     match sys::fork_single_threaded()? {
         ForkResult::Parent { child } => Ok(child),
         ForkResult::Child => {
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            if sys::pidfd_exited(&monitor) {
+                sys::exit_now(0);
+            }
+            drop(monitor);
+            sys::detach_inherited_fds();
             sys::trim_code_pages();
             // SIGCHLD is blocked (inherited from the monitor): wait for it synchronously.
             let mut set = SigSet::empty();

@@ -24,6 +24,14 @@ pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> i
     Ok(rustix::process::pidfd_send_signal(pidfd, signal)?)
 }
 
+/// Whether the process behind `pidfd` has exited already (its pidfd is readable); no waiting.
+pub fn pidfd_exited(pidfd: &OwnedFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
 /// Waits until the process behind `pidfd` exits (its pidfd becomes readable), or `timeout`
 /// passes; returns whether it exited. Needs a tokio runtime.
 pub async fn pidfd_wait(pidfd: OwnedFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
@@ -123,6 +131,23 @@ pub fn release_free_heap() {
 pub fn fork_single_threaded() -> nix::Result<ForkResult> {
     // SAFETY: see the function contract: the only callers run in single-threaded processes.
     unsafe { nix::unistd::fork() }
+}
+
+/// In a freshly forked child that will run no more of the parent's code: points stdin and
+/// stdout at /dev/null and closes every descriptor above stderr, so the child holds none of
+/// the parent's pipes (whose readers wait for EOF) or namespace handles.
+pub fn detach_inherited_fds() {
+    if let Ok(null) = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 0);
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
+    }
+    // SAFETY: close_range only closes descriptors; the caller's contract is that no live Rust
+    // value of this process owns one above stderr any more (the child never returns to them).
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
 }
 
 /// Puts every signal back to its default disposition and unblocks them all: a process forked

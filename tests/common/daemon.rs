@@ -13,6 +13,9 @@ use tonic::transport::Channel;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// Set in each test daemon's environment (to its directory), which its monitors inherit.
+const MARKER: &str = "CRUST_TEST_DAEMON";
+
 pub struct Daemon {
     pub child: Option<Child>,
     pub dir: PathBuf,
@@ -139,6 +142,7 @@ impl Daemon {
             .arg("--log-level")
             .arg("debug")
             .envs(env.iter().copied())
+            .env(MARKER, &self.dir)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -278,21 +282,20 @@ impl Daemon {
         dir
     }
 
-    /// Live `crust monitor` processes serving this daemon's sandboxes.
+    /// Every process forked from this daemon's monitors: the monitors, their pods' inits and
+    /// runtime workers, found by the marker in the environment they inherit from the daemon
+    /// (not by the sandboxes on disk, which a leaked process may have outlived).
     pub fn monitors(&self) -> Vec<i32> {
-        let state = self.state.to_string_lossy().into_owned();
-        let ids = Daemon::entries(&self.state.join("sandboxes"));
-        let mut pids = Vec::new();
-        for p in procfs_pids() {
-            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(" monitor --sandbox ")
-                && (ids.iter().any(|id| cmd.contains(id.as_str())) || cmd.contains(&state))
-            {
-                pids.push(p);
-            }
-        }
-        pids
+        let marker = format!("{MARKER}={}", self.dir.display());
+        procfs_pids()
+            .into_iter()
+            .filter(|p| {
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+                String::from_utf8_lossy(&cmd).contains("\0monitor\0--sandbox\0")
+                    && env.split(|b| *b == 0).any(|v| v == marker.as_bytes())
+            })
+            .collect()
     }
 }
 
