@@ -444,3 +444,90 @@ async fn a_full_root_disk_fails_pulls_and_creates_with_resource_exhausted_and_le
     remove_pod(&mut env.c, &pod.0).await;
     env.d.assert_clean();
 }
+
+/// Uses up the inodes of the file system holding `dir` with empty files; returns them, so a
+/// test can give inodes back one at a time.
+fn use_up_inodes(dir: &Path) -> Vec<PathBuf> {
+    let fill = dir.join("inodes");
+    std::fs::create_dir(&fill).unwrap();
+    let mut files = Vec::new();
+    loop {
+        let path = fill.join(files.len().to_string());
+        match std::fs::File::create(&path) {
+            Ok(_) => files.push(path),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return files;
+            }
+        }
+    }
+}
+
+/// A root out of inodes while CreateContainer runs, at each of its steps in turn: one inode
+/// given back after each refusal walks the failure through the image hold, the writable layer
+/// (upper, work, rootfs), overlayfs' own work directory and the bundle. Each refusal is
+/// ResourceExhausted naming the root and leaves nothing; the container that finally gets made
+/// has a writable root (overlayfs mounts read-only, silently, when it cannot make its work
+/// directory: that must be a failure, not a read-only container).
+#[tokio::test]
+async fn a_root_out_of_inodes_fails_each_step_of_create_container_cleanly() {
+    use common::workload::Env;
+    let mut env = Env::start_with(|d| {
+        std::fs::create_dir_all(&d.root).unwrap();
+        let opts = "size=256m,nr_inodes=4000,mode=0711";
+        sh(
+            "mount",
+            &["-t", "tmpfs", "-o", opts, "tmpfs", d.root.to_str().unwrap()],
+        );
+    })
+    .await;
+    let root = env.d.root.display().to_string();
+    let pod = env.pod("inodes").await;
+    let config = env.config("c", &["sleep", "60"]);
+    let mut spare = use_up_inodes(&env.d.root);
+    let mut steps = Vec::new();
+    let id = loop {
+        match env.create(&pod, config.clone()).await {
+            Ok(id) => break id,
+            Err(err) => {
+                assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+                assert!(err.message().contains(&root), "names the root: {err:?}");
+                let left = env.container_leftovers();
+                assert!(left.is_empty(), "half-made container: {left:?}");
+                steps.push(err.message().to_owned());
+                let file = spare.pop().expect("inodes left to give back");
+                std::fs::remove_file(file).unwrap();
+            }
+        }
+    };
+    eprintln!("refusals, one inode apart:\n{}", steps.join("\n"));
+    // The image hold, the writable layer's directories, overlayfs' work directory, and what
+    // libcontainer makes in the root (mount points, /etc/hosts and the like).
+    for step in [
+        "images/holds",
+        "/upper",
+        "overlayfs could not make its work directory",
+        "creating it in the pod's monitor",
+    ] {
+        assert!(
+            steps.iter().any(|m| m.contains(step)),
+            "no refusal at {step:?}: {steps:#?}"
+        );
+    }
+    env.c
+        .start_container(pb::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    // Room for what the container writes; its root must take it.
+    spare
+        .drain(..)
+        .for_each(|f| std::fs::remove_file(f).unwrap());
+    let r = env.exec(&id, &["touch", "/written"]).await;
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    env.remove(&id).await;
+    stop_pod(&mut env.c, &pod.0).await;
+    remove_pod(&mut env.c, &pod.0).await;
+    env.d.assert_clean();
+}

@@ -107,6 +107,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Monitor { source, .. } => monitor_code(source),
         ContainerError::Io { source, .. } => io_code(source),
         ContainerError::Store(StoreError::Write { source, .. }) => io_code(source),
+        ContainerError::Rootfs(e) if e.out_of_room => Code::ResourceExhausted,
         ContainerError::Store(_) | ContainerError::Cgroup(_) | ContainerError::Rootfs(_) => {
             Code::FailedPrecondition
         }
@@ -124,6 +125,7 @@ fn monitor_code(e: &MonitorError) -> Code {
         MonitorError::Refused { fault, .. } => match fault {
             Fault::Invalid => Code::InvalidArgument,
             Fault::NotFound => Code::NotFound,
+            Fault::NoRoom => Code::ResourceExhausted,
             Fault::State | Fault::Failed => Code::FailedPrecondition,
         },
         MonitorError::Setup { .. } => Code::FailedPrecondition,

@@ -56,7 +56,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         Outcome::Pid(pid) => Pid::from_raw(pid),
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
-            return err(fault, super::workloads::with_logged(error, &logged));
+            return super::workloads::failed_as_logged(fault, error, &logged);
         }
     };
     let exited = monitor.watch(pid, since);

@@ -80,7 +80,7 @@ pub async fn exec(
         Outcome::Pid(pid) => Pid::from_raw(pid),
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
-            let reply = err(fault, super::workloads::with_logged(error, &logged));
+            let reply = super::workloads::failed_as_logged(fault, error, &logged);
             return send(&mut write, &reply, &[]).await;
         }
     };

@@ -178,6 +178,9 @@ pub enum Fault {
     NotFound,
     /// The container is not in a state that allows the request.
     State,
+    /// A file system the runtime writes to (the container's writable layer, mostly) has no
+    /// space or no inodes left.
+    NoRoom,
     /// Anything else: a failed system call, libcontainer's own failure.
     #[default]
     Failed,

@@ -298,14 +298,19 @@ fn render(e: &dyn std::error::Error) -> String {
 
 /// Whether libcontainer's failure is the request's fault: a command or working directory
 /// that the image does not have is something the user fixes, not the node.
-fn classify(error: &str) -> Fault {
+pub(super) fn classify(error: &str) -> Fault {
     const REQUEST_FAULTS: [&str; 3] = [
         "not found in $PATH",
         "PATH environment variable is not set",
         "failed to chdir",
     ];
+    // The container's init reports to the worker in text: the errno's own words are all
+    // that is left of a full disk by then (as `Display` and in libcontainer's `Debug`).
+    const NO_ROOM: [&str; 2] = ["No space left on device", "Disk quota exceeded"];
     if REQUEST_FAULTS.iter().any(|f| error.contains(f)) {
         Fault::Invalid
+    } else if NO_ROOM.iter().any(|f| error.contains(f)) {
+        Fault::NoRoom
     } else {
         Fault::Failed
     }
@@ -322,6 +327,12 @@ mod tests {
             Fault::Invalid
         );
         assert_eq!(classify("failed to mount proc: EPERM"), Fault::Failed);
+        assert_eq!(
+            classify(
+                "mkdirat sys: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"
+            ),
+            Fault::NoRoom
+        );
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
         }
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&req.dir.join(RUNTIME_LOG));
-            return err(fault, with_logged(error, &logged));
+            return failed_as_logged(fault, error, &logged);
         }
     };
     let attachers = logs::Attachers::default();
@@ -402,13 +402,19 @@ fn oom_kill_count(text: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The error, followed by what the runtime logged when that says more.
-pub fn with_logged(error: String, logged: &str) -> String {
+/// The error reply for a failed runtime call: the worker's error, followed by what the
+/// runtime logged when that says more. The container's init logs its own failures (a full
+/// disk while it prepares the root, say), which the worker's answer only summarises, so the
+/// log may say better whose fault it was.
+pub fn failed_as_logged(fault: Fault, error: String, logged: &str) -> Reply {
     if logged.is_empty() || error.contains(logged) {
-        error
-    } else {
-        format!("{error} (runtime log: {logged})")
+        return err(fault, error);
     }
+    let fault = match fault {
+        Fault::Failed => worker::classify(logged),
+        known => known,
+    };
+    err(fault, format!("{error} (runtime log: {logged})"))
 }
 
 fn not_found(id: &str) -> Reply {

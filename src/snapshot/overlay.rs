@@ -33,6 +33,8 @@ pub struct Upper<'a> {
 pub struct OverlayError {
     pub target: PathBuf,
     pub detail: String,
+    /// The writable layer's file system has no space or no inodes left.
+    pub out_of_room: bool,
 }
 
 /// Mounts `lowerdirs` (topmost first, as `ImageUse::lowerdirs` gives them) on `target`,
@@ -47,16 +49,68 @@ pub fn mount_overlay(
         return Err(failed(target, "the image has no layers".into()));
     }
     match mount_layer_by_layer(lowerdirs, upper, target) {
-        Err(Fallback::Classic) => mount_classic(lowerdirs, upper, target),
-        Err(Fallback::Failed(detail)) => Err(failed(target, detail)),
-        Ok(()) => Ok(()),
+        Err(Fallback::Classic) => mount_classic(lowerdirs, upper, target)?,
+        Err(Fallback::Failed {
+            detail,
+            out_of_room,
+        }) => {
+            return Err(OverlayError {
+                out_of_room,
+                ..failed(target, detail)
+            });
+        }
+        Ok(()) => {}
     }
+    match upper {
+        Some(u) => refuse_read_only(target, u),
+        None => Ok(()),
+    }
+}
+
+/// overlayfs mounts read-only, saying so only in the kernel log, when it cannot make its work
+/// directory (`work/work`: a full disk, no inodes left). The container would then fail much
+/// later, with EROFS from some other step, or run with a root it cannot write. Such a mount
+/// is undone here and refused, saying why.
+fn refuse_read_only(target: &Path, u: Upper<'_>) -> Result<(), OverlayError> {
+    use rustix::fs::{StatVfsMountFlags, statvfs};
+    let mounted =
+        statvfs(target).map_err(|e| failed(target, format!("checking the mount: {e}")))?;
+    if !mounted.f_flag.contains(StatVfsMountFlags::RDONLY) {
+        return Ok(());
+    }
+    let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
+    let out_of_room = statvfs(u.work).is_ok_and(|w| w.f_favail == 0 || w.f_bavail == 0);
+    let why = if out_of_room {
+        "no space or inodes are left there"
+    } else {
+        "see the kernel log"
+    };
+    Err(OverlayError {
+        target: target.to_owned(),
+        detail: format!(
+            "overlayfs could not make its work directory in {} and mounted read-only ({why})",
+            u.work.display()
+        ),
+        out_of_room,
+    })
 }
 
 enum Fallback {
     /// This kernel lacks the new mount API or `lowerdir+`.
     Classic,
-    Failed(String),
+    Failed {
+        detail: String,
+        out_of_room: bool,
+    },
+}
+
+impl Fallback {
+    fn failed(detail: String, e: Option<Errno>) -> Fallback {
+        Fallback::Failed {
+            detail,
+            out_of_room: matches!(e, Some(Errno::NOSPC | Errno::DQUOT)),
+        }
+    }
 }
 
 fn mount_layer_by_layer(
@@ -67,13 +121,15 @@ fn mount_layer_by_layer(
     let fs = match fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC) {
         Ok(fs) => fs,
         Err(Errno::NOSYS) => return Err(Fallback::Classic),
-        Err(e) => return Err(Fallback::Failed(format!("opening overlayfs: {e}"))),
+        Err(e) => return Err(Fallback::failed(format!("opening overlayfs: {e}"), Some(e))),
     };
     // Before Linux 6.5 overlayfs parses its options the legacy way: the kernel takes any key
     // through fsconfig (`lowerdir+` too) and only mounting fails. A key no parser knows tells.
     if fsconfig_set_string(&fs, "crust_probe", "1").is_ok() {
         return Err(Fallback::Classic);
     }
+    // The probe's refusal is queued on the context: drop it, so errors show only their own.
+    kernel_messages(&fs);
     let set = |key: &str, value: &Path| {
         fsconfig_set_string(&fs, key, value)
             .map_err(|e| explain(&fs, format!("{key} {}", value.display()), e))
@@ -82,10 +138,8 @@ fn mount_layer_by_layer(
         if let Err(e) = fsconfig_set_string(&fs, "lowerdir+", dir) {
             // The first layer tells whether the key exists; later ones are real failures.
             if i == 0 && e == Errno::INVAL && !dir.is_dir() {
-                return Err(Fallback::Failed(format!(
-                    "layer {} is missing",
-                    dir.display()
-                )));
+                let missing = format!("layer {} is missing", dir.display());
+                return Err(Fallback::failed(missing, None));
             }
             if i == 0 && e == Errno::INVAL {
                 return Err(Fallback::Classic);
@@ -112,17 +166,18 @@ fn mount_layer_by_layer(
         target,
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
     )
-    .map_err(|e| Fallback::Failed(format!("attaching the mount: {e}")))
+    .map_err(|e| Fallback::failed(format!("attaching the mount: {e}"), Some(e)))
 }
 
 /// `step` failed with `e`; the kernel's messages on the fs context say why.
 fn explain(fs: &OwnedFd, step: String, e: Errno) -> Fallback {
     let said = kernel_messages(fs);
-    Fallback::Failed(if said.is_empty() {
+    let detail = if said.is_empty() {
         format!("{step}: {e}")
     } else {
         format!("{step}: {e} ({said})")
-    })
+    };
+    Fallback::failed(detail, Some(e))
 }
 
 /// Reads the messages the kernel queued on an fs context (`e overlayfs: ...`), without the
@@ -158,7 +213,10 @@ fn mount_classic(
         flags,
         Some(data.as_str()),
     )
-    .map_err(|e| failed(target, format!("mount: {e}")))
+    .map_err(|e| OverlayError {
+        out_of_room: matches!(e, nix::errno::Errno::ENOSPC | nix::errno::Errno::EDQUOT),
+        ..failed(target, format!("mount: {e}"))
+    })
 }
 
 /// `lowerdir=a:b:c[,upperdir=u,workdir=w]`, refused when it does not fit the mount data page.
@@ -191,6 +249,7 @@ fn failed(target: &Path, detail: String) -> OverlayError {
     OverlayError {
         target: target.to_owned(),
         detail,
+        out_of_room: false,
     }
 }
 
