@@ -6,7 +6,7 @@ use std::time::Duration;
 use tonic::Status;
 use tracing::Instrument;
 
-use super::container as convert;
+use super::convert;
 use super::pb;
 use super::runtime::{RuntimeServer, log_err};
 

@@ -6,8 +6,8 @@
 
 use prost::Message;
 
+use super::convert;
 use super::pb;
-use super::{container, convert};
 use crate::oci::fixture::Fixture;
 
 /// RunPodSandbox: decode, convert, validate; an accepted spec's names go into CNI_ARGS, so they
@@ -36,7 +36,7 @@ pub fn create_container(bytes: &[u8]) {
     let Ok(req) = pb::CreateContainerRequest::decode(bytes) else {
         return;
     };
-    let Ok(spec) = container::container_spec(req.config) else {
+    let Ok(spec) = convert::container_spec(req.config) else {
         return;
     };
     if crate::container::validate(&spec).is_err() {
@@ -61,7 +61,7 @@ pub fn update_container_resources(bytes: &[u8]) {
     let Some(linux) = req.linux else {
         return;
     };
-    let resources = container::resources(linux);
+    let resources = convert::resources(linux);
     let mut host = Fixture::new().host;
     for v2 in [true, false] {
         host.cgroup_v2 = v2;
@@ -214,7 +214,7 @@ mod tests {
         crate::sandbox::validate_spec(&spec).expect("a kubelet pod validates");
         let (_, ctr) = &seeds()[1];
         let req = pb::CreateContainerRequest::decode(ctr.as_slice()).unwrap();
-        let spec = container::container_spec(req.config).unwrap();
+        let spec = convert::container_spec(req.config).unwrap();
         let mut fixture = Fixture::new();
         fixture.spec = spec;
         crate::oci::build(&fixture.input()).expect("a kubelet container builds its OCI spec");

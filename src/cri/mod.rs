@@ -3,7 +3,6 @@
 //! leave this module (and `stream`); `status.rs` is the one table from domain errors to codes.
 
 pub mod client;
-mod container;
 mod container_rpc;
 mod convert;
 mod deadline;

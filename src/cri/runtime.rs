@@ -137,7 +137,7 @@ impl RuntimeService for RuntimeServer {
             info,
             containers_statuses: containers
                 .iter()
-                .map(|r| super::container::container_status(r))
+                .map(|r| convert::container_status(r))
                 .collect(),
             // Left 0, as containerd leaves it: when it is set, kubelet 1.37 with EventedPLEG
             // takes the pod's container statuses from this answer and never marks them
@@ -445,8 +445,8 @@ impl RuntimeService for RuntimeServer {
     ) -> Result<Response<pb::UpdatePodSandboxResourcesResponse>, Status> {
         let req = req.into_inner();
         let id = req.pod_sandbox_id;
-        let resources = req.resources.map(super::container::resources);
-        let overhead = req.overhead.map(super::container::resources);
+        let resources = req.resources.map(convert::resources);
+        let overhead = req.overhead.map(convert::resources);
         async {
             self.sandboxes
                 .update_resources(
@@ -504,7 +504,7 @@ impl RuntimeService for RuntimeServer {
         use tokio_stream::StreamExt;
         let events = tokio_stream::wrappers::ReceiverStream::new(self.containers.subscribe());
         Ok(Response::new(Box::pin(
-            events.map(|e| Ok(super::container::event(&e))),
+            events.map(|e| Ok(convert::event(&e))),
         )))
     }
 

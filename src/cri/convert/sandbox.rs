@@ -3,8 +3,8 @@
 
 use tonic::Status;
 
-use super::pb;
-use super::status::invalid;
+use crate::cri::pb;
+use crate::cri::status::invalid;
 use crate::sandbox::{
     DnsConfig, NamespaceMode, NamespaceModes, PodMetadata, PortMapping, Protocol, SandboxSpec,
     SandboxView,
@@ -97,7 +97,7 @@ fn mode_to_pb(m: NamespaceMode) -> i32 {
     }) as i32
 }
 
-pub(super) fn metadata(m: &PodMetadata) -> pb::PodSandboxMetadata {
+pub(in crate::cri) fn metadata(m: &PodMetadata) -> pb::PodSandboxMetadata {
     pb::PodSandboxMetadata {
         name: m.name.clone(),
         uid: m.uid.clone(),

@@ -3,13 +3,13 @@
 
 use tonic::Status;
 
-use super::pb;
-use super::status::invalid;
 use crate::container::{
     Capabilities, ContainerFilter, ContainerMetadata, ContainerRecord, ContainerSpec, DeviceSpec,
     HugepageLimit, MountSpec, Phase, Profile, Propagation, Resources, SecurityContext,
     SelinuxOptions, SupplementalGroupsPolicy,
 };
+use crate::cri::pb;
+use crate::cri::status::invalid;
 use crate::sandbox::NamespaceMode;
 
 pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSpec, Status> {
@@ -435,7 +435,7 @@ pub fn event(e: &crate::container::ContainerEvent) -> pb::ContainerEventResponse
         container_id: e.id.clone(),
         container_event_type: kind as i32,
         created_at: e.created_at,
-        pod_sandbox_status: Some(super::convert::sandbox_status(&pod)),
+        pod_sandbox_status: Some(super::sandbox_status(&pod)),
         containers_statuses: e.containers.iter().map(|r| container_status(r)).collect(),
     }
 }
