@@ -112,9 +112,6 @@ fn assert_nothing_left(env: &Env) {
     env.d.assert_clean();
     let left = env.container_leftovers();
     assert!(left.is_empty(), "container leftovers: {left:?}");
-    let links = sh("ip", &["-o", "link"]);
-    let veths = format!("master {}", env.d.bridge);
-    assert!(!links.contains(&veths), "veths left on the bridge: {links}");
 }
 
 #[tokio::test]
@@ -257,6 +254,4 @@ async fn a_hundred_concurrent_run_pod_sandbox_calls_succeed_or_fail_cleanly() {
         remove_pod(&mut c, id).await;
     }
     d.assert_clean();
-    let links = sh("ip", &["-o", "link"]);
-    assert!(!links.contains(&format!("master {}", d.bridge)), "{links}");
 }

@@ -348,8 +348,6 @@ async fn a_hanging_cni_plugin_is_killed_at_its_deadline_and_a_retry_works() {
     })
     .await;
     d.assert_clean();
-    let links = sh("ip", &["-o", "link"]);
-    assert!(!links.contains(&format!("master {}", d.bridge)), "{links}");
 
     // DEL hangs: StopPodSandbox gives up at the deadline with its code and the plugin's
     // name, and keeps what it could not release for the retry, which succeeds.

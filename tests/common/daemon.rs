@@ -321,6 +321,17 @@ impl Daemon {
             "IPs left: {:?}",
             self.allocated_ips()
         );
+        assert!(self.veths().is_empty(), "veths left: {:?}", self.veths());
+    }
+
+    /// The links plugged into this daemon's bridge (the host ends of pods' veths).
+    pub fn veths(&self) -> Vec<String> {
+        let master = format!("master {} ", self.bridge);
+        crate::common::sh("ip", &["-o", "link"])
+            .lines()
+            .filter(|l| l.contains(&master))
+            .map(str::to_owned)
+            .collect()
     }
 }
 
