@@ -6,6 +6,9 @@
 //! gone and an OOM kill would read as a plain SIGKILL ("Error"). So on cgroup v2 the monitor
 //! watches the container's `memory.events` (the kernel notifies every change of it) from its
 //! start, and remembers an `oom_kill` count above zero while the file is still there.
+//!
+//! One inotify instance per running container, as containerd's shim has: they count against
+//! fs.inotify.max_user_instances, and where none is left the exit reads the file as before.
 
 use std::cell::Cell;
 use std::path::Path;
