@@ -41,18 +41,17 @@ CGROUPFS_SUITES=(
   "container_recovery containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill containers_of_a_pod_whose_monitor_died_end_as_killed"
 )
 SYSTEMD_SUITES=(
-  "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal"
+  "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
 )
 # critest's specs each boot runs (--ginkgo.focus); every one must pass (critest-config/skips.txt
 # applies). Under emulation a spec takes about 9 s (all 35 Container and PodSandbox specs took
 # 5.5 min in the cgroupfs boot), so to stay within the guest's 15-minute budget each boot runs
 # the specs that go through cgroups: pod basics and metrics, container basics with their stats,
 # the OOM kill (21 specs); the systemd boot, whose own tests are slower, the pod ones, container
-# start and stats (8). The OOM kill under the systemd driver is not here yet: its test in
-# tests/cgroups.rs hung the guest once and is ignored until understood. The rest of critest
-# runs on the host.
+# start and stats, and the OOM kill, read from the container's own scope (9). The rest of
+# critest runs on the host.
 CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
-CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container runtime should support basic operations on container runtime should support (starting|listing container stats) )'
+CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations on container runtime should support (starting|listing container stats)) )'
 
 [ "$(id -u)" -eq 0 ] || fail "run as root (the VM script builds its image and boots as root)"
 vm=${CGROUPV2_VM:-$top/../shared/tools/cgroupv2-vm.sh}

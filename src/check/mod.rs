@@ -90,9 +90,45 @@ fn cgroups(config: &Config) -> Result<String, String> {
                 .into(),
         );
     }
+    let unified = matches!(setup, libcgroups::common::CgroupSetup::Unified);
+    let controllers = delegated(Path::new("/sys/fs/cgroup"), unified, driver == "systemd");
+    if controllers.is_empty() {
+        return Err(format!(
+            "{setup:?} hierarchy at /sys/fs/cgroup, {driver} driver: no controller for containers"
+        ));
+    }
     Ok(format!(
-        "{setup:?} hierarchy at /sys/fs/cgroup, {driver} driver"
+        "{setup:?} hierarchy at /sys/fs/cgroup, {driver} driver, controllers: {}",
+        controllers.join(" ")
     ))
+}
+
+/// The controllers systemd enables below a slice for a delegated scope; it manages no other
+/// (hugetlb, rdma and misc stay at the root), so the systemd driver has only these.
+const SYSTEMD_CONTROLLERS: &[&str] = &["cpuset", "cpu", "io", "memory", "pids"];
+
+/// The v1 hierarchies crust's containers use, where mounted.
+const V1_CONTROLLERS: &[&str] = &[
+    "cpuset", "cpu", "cpuacct", "blkio", "memory", "devices", "freezer", "pids", "hugetlb",
+];
+
+/// The controllers crust's cgroups get under `root`. On v2: those the root offers in
+/// cgroup.controllers (libcgroups enables them on the way down to each container's cgroup), and
+/// with the systemd driver only those of them systemd manages. On v1: the hierarchies mounted.
+fn delegated(root: &Path, unified: bool, systemd: bool) -> Vec<String> {
+    if !unified {
+        return V1_CONTROLLERS
+            .iter()
+            .filter(|c| root.join(c).join("cgroup.procs").exists())
+            .map(|c| (*c).to_owned())
+            .collect();
+    }
+    let offered = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    offered
+        .split_whitespace()
+        .filter(|c| !systemd || SYSTEMD_CONTROLLERS.contains(c))
+        .map(str::to_owned)
+        .collect()
 }
 
 fn overlayfs() -> Result<String, String> {
@@ -212,5 +248,30 @@ mod tests {
         assert!(storage(&c).unwrap().contains("GiB free"));
         c.image.min_free_percent = 100;
         assert!(storage(&c).unwrap_err().contains("min_free_percent"));
+    }
+
+    #[test]
+    fn delegated_controllers_per_hierarchy_and_driver() {
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(
+            v2.path().join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        )
+        .unwrap();
+        assert_eq!(
+            delegated(v2.path(), true, false).join(" "),
+            "cpuset cpu io memory hugetlb pids rdma misc"
+        );
+        assert_eq!(
+            delegated(v2.path(), true, true).join(" "),
+            "cpuset cpu io memory pids"
+        );
+        let v1 = tempfile::tempdir().unwrap();
+        for c in ["memory", "cpu", "unified"] {
+            std::fs::create_dir(v1.path().join(c)).unwrap();
+            std::fs::write(v1.path().join(c).join("cgroup.procs"), "").unwrap();
+        }
+        assert_eq!(delegated(v1.path(), false, false).join(" "), "cpu memory");
+        assert!(delegated(v2.path().join("none").as_path(), true, false).is_empty());
     }
 }

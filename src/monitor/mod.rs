@@ -19,6 +19,7 @@ mod exec;
 mod exec_seccomp;
 mod interactive;
 mod logs;
+mod oom;
 mod process;
 mod server;
 pub mod session;

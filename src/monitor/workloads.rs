@@ -13,6 +13,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::logs::{self, LogFile, Relay, Stream};
+use super::oom::OomWatch;
 use super::server::{Monitor, err, now_nanos};
 use super::worker::{self, Job, Outcome, Stdio};
 use super::{ContainerState, CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
@@ -31,6 +32,8 @@ pub struct Workload {
     /// The container's stdin write end (or a copy of its tty master), kept open so its stdin
     /// stays open until an attacher with `stdin_once` detaches.
     pub stdin: Option<OwnedFd>,
+    /// Its OOM kills as they are counted (cgroup v2), until its exit is recorded.
+    oom: Option<OomWatch>,
 }
 
 impl Workload {
@@ -118,6 +121,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
         }
     };
     let id = req.id.clone();
+    let oom = req.memory_cgroup.as_deref().and_then(OomWatch::start);
     let status = monitor.adopt(pid, since, &id);
     monitor.workloads.borrow_mut().insert(
         id.clone(),
@@ -130,6 +134,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             relays,
             attachers,
             stdin,
+            oom,
         },
     );
     if let Some(status) = status {
@@ -363,7 +368,10 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         // Its output is all out: attached clients are done.
         w.attachers.borrow_mut().clear();
         let clean = code == 0 && signal.is_none();
-        let oom_killed = !clean && w.req.memory_cgroup.as_deref().is_some_and(oom_kills);
+        // What the watch saw first: with the systemd driver the cgroup may be gone by now.
+        let watched = w.oom.take().is_some_and(|o| o.seen());
+        let oom_killed =
+            !clean && (watched || w.req.memory_cgroup.as_deref().is_some_and(oom_kills));
         let exit = ExitInfo {
             code,
             signal,
@@ -394,7 +402,7 @@ fn oom_kills(dir: &Path) -> bool {
         .any(|text| oom_kill_count(&text) > 0)
 }
 
-fn oom_kill_count(text: &str) -> u64 {
+pub(super) fn oom_kill_count(text: &str) -> u64 {
     text.lines()
         .filter_map(|l| l.split_once(' '))
         .find(|(k, _)| *k == "oom_kill")
