@@ -104,7 +104,7 @@ pub enum ContainerError {
         source: std::io::Error,
     },
     #[error("{0}")]
-    Cgroup(#[from] crate::sandbox::cgroup::CgroupError),
+    Cgroup(#[from] crate::sandbox::host::cgroup::CgroupError),
     #[error("mounting the root filesystem: {0}")]
     Rootfs(#[from] crate::snapshot::OverlayError),
     #[error("command {cmd:?} in container {id} timed out after {timeout:?}")]

@@ -8,8 +8,7 @@
 //! - a name (name, uid, namespace, attempt) belongs to at most one sandbox, reserved before
 //!   creation starts and released when the sandbox is removed or its creation fails.
 
-pub mod cgroup;
-pub mod files;
+pub mod host;
 pub mod model;
 pub(crate) mod ready;
 mod recover;
@@ -30,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use cgroup::CgroupSettings;
+pub use host::cgroup::CgroupSettings;
 pub use model::*;
 pub use ready::NotReady;
 pub use recover::RecoverySummary;
@@ -91,7 +90,7 @@ pub enum RunFailure {
     #[error(transparent)]
     Monitor(#[from] crate::monitor::MonitorError),
     #[error(transparent)]
-    Cgroup(#[from] cgroup::CgroupError),
+    Cgroup(#[from] host::cgroup::CgroupError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
 use super::teardown::Timed;
 use super::{
-    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, files, new_id, now_nanos, teardown,
-    validate,
+    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files, new_id, now_nanos,
+    teardown, validate,
 };
 use crate::monitor::{self, MonitorConfig, NamespacePins};
 use crate::network::{Attachment, PortMapping};

@@ -41,7 +41,7 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
         }
         crate::failpoint!("sandbox.teardown.after_monitor");
     }
-    if let Err(e) = super::files::unmount_shm(&record.dir) {
+    if let Err(e) = super::host::files::unmount_shm(&record.dir) {
         errors.push(format!("unmount the pod's /dev/shm: {e}"));
     }
     let pins = &record.pins;

@@ -118,7 +118,7 @@ pub fn load_process(dir: &Path) -> Result<oci_spec::runtime::Process, ContainerE
 }
 
 fn pod_view(pod: &SandboxRecord, target_pid_ns: Option<PathBuf>) -> PodView {
-    use crate::sandbox::files;
+    use crate::sandbox::host::files;
     let dir = &pod.dir;
     PodView {
         id: pod.id.clone(),

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use super::model::{DnsConfig, SandboxSpec};
+use crate::sandbox::model::{DnsConfig, SandboxSpec};
 
 pub const RESOLV_CONF: &str = "resolv.conf";
 pub const HOSTNAME: &str = "hostname";
