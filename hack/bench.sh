@@ -9,11 +9,16 @@
 # kubelet's relist with 110 pods of 3 containers; CONTAINER_ARGS passes options to it.
 # The exec round trip twice: through `crictl exec` and through crust-bench-containers' own
 # SPDY client (no crictl process start); EXEC_ONLY=1 measures only those two.
+# Port-forward throughput through that same client: 100 MiB into a pod's port over PortForward
+# and SPDY, in turns with a plain copy over the pod's own loopback; PORTFORWARD_ONLY=1 measures
+# only that. The last lines compare crust with containerd where both were measured.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
 EXEC_ONLY=${EXEC_ONLY:-}
+PORTFORWARD_ONLY=${PORTFORWARD_ONLY:-}
 [ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
+[ -n "$PORTFORWARD_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-port-forward"
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
@@ -95,10 +100,10 @@ printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$W/net.d" > "$W/
 CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
-[ -n "$EXEC_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
-  --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS
-exec_roundtrip crust "unix://$W/crust/crust.sock"
+  --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee "$W/rows"
+[ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 
 echo "== containerd $CTRD_DESC"
@@ -120,7 +125,18 @@ wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
-[ -n "$EXEC_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
+[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
-  --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS
-exec_roundtrip containerd "unix://$C/containerd.sock"
+  --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
+[ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
+
+# crust against containerd on the streaming rows: the median time of crust's over containerd's.
+awk '
+  /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
+  /port-forward .* \(SPDY\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1] = v } }
+  END {
+    if (ms["crust"] && ms["containerd"])
+      printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", "Exec over SPDY (true)", ms["crust"], ms["containerd"], ms["crust"] / ms["containerd"]
+    if (rate["crust"] && rate["containerd"])
+      printf "%-12s %-34s crust %.1f MiB/s, containerd %.1f MiB/s: %.2fx containerd'"'"'s time\n", "ratio", "port-forward (SPDY)", rate["crust"], rate["containerd"], rate["containerd"] / rate["crust"]
+  }' "$W/rows"

@@ -12,12 +12,14 @@
 mod common;
 #[path = "bench/stream_exec.rs"]
 mod stream_exec;
+#[path = "bench/stream_portforward.rs"]
+mod stream_portforward;
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use common::{report, report_mem, rss_kib};
+use common::{report, report_mem, report_rate, rss_kib};
 use crust::cri::pb;
 use crust::cri::pb::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
@@ -51,6 +53,15 @@ struct Args {
     /// Measure only the execs over the streaming server.
     #[arg(long)]
     only_stream_execs: bool,
+    /// Transfers into a pod through PortForward and SPDY, each beside a plain copy in the pod.
+    #[arg(long, default_value_t = 7)]
+    port_forwards: usize,
+    /// MiB moved by each of those transfers.
+    #[arg(long, default_value_t = 100)]
+    port_forward_mib: usize,
+    /// Measure only the port-forward transfers.
+    #[arg(long)]
+    only_port_forward: bool,
 }
 
 type Client = RuntimeServiceClient<Channel>;
@@ -64,8 +75,12 @@ async fn main() -> anyhow::Result<()> {
     if args.only_stream_execs {
         return stream_execs(&mut c, &args).await;
     }
+    if args.only_port_forward {
+        return port_forwards(&mut c, &args).await;
+    }
     lifecycle(&mut c, &args).await?;
     stream_execs(&mut c, &args).await?;
+    port_forwards(&mut c, &args).await?;
     from_nothing(&mut c, &args).await?;
     memory(&mut c, &args).await?;
     exit_events(&mut c, &args).await?;
@@ -95,6 +110,37 @@ async fn stream_execs(c: &mut Client, args: &Args) -> anyhow::Result<()> {
     }
     report(&args.label, "Exec over SPDY (true), no crictl", &took);
     report(&args.label, "ExecSync (true), same rounds", &sync);
+    remove_pod(c, &pod).await
+}
+
+/// `--port-forward-mib` into a pod through PortForward and a SPDY stream, and the same over a
+/// plain connection inside the pod, in turns so that both see the same load.
+async fn port_forwards(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let pod = run_pod(c, "port-forward").await?;
+    let id = create_container(c, &pod, "sleeper", &args.image, SLEEPER).await?;
+    start_container(c, &id).await?;
+    let netns = stream_portforward::netns_of(c, &id).await?;
+    let port = stream_portforward::sink_in_netns(netns.clone())?;
+    let total = args.port_forward_mib << 20;
+    let (mut spdy, mut plain) = (Vec::new(), Vec::new());
+    // One warm-up round: the first connection pays for page faults in every buffer.
+    for i in 0..1 + args.port_forwards {
+        let p = stream_portforward::plain(netns.clone(), port, total).await?;
+        let s = stream_portforward::through_spdy(c, &pod.0, port, total).await?;
+        if i > 0 {
+            plain.push(p);
+            spdy.push(s);
+        }
+    }
+    let what = format!("port-forward {} MiB (SPDY)", args.port_forward_mib);
+    report_rate(&args.label, &what, total, &spdy, &plain);
+    report_rate(
+        &args.label,
+        "plain loopback copy in the pod",
+        total,
+        &plain,
+        &[],
+    );
     remove_pod(c, &pod).await
 }
 

@@ -60,3 +60,39 @@ pub fn pod_rss_kib(id: &str) -> u64 {
     }
     total
 }
+
+/// Throughputs of `samples` moving `bytes` each; the median's time against `baseline`'s median
+/// time (how many times longer the same transfer took), when there is one.
+pub fn report_rate(
+    label: &str,
+    what: &str,
+    bytes: usize,
+    samples: &[Duration],
+    baseline: &[Duration],
+) {
+    let rates = |s: &[Duration]| {
+        let mut v: Vec<f64> = s
+            .iter()
+            .map(|d| bytes as f64 / (1 << 20) as f64 / d.as_secs_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let v = rates(samples);
+    if v.is_empty() {
+        return;
+    }
+    let median = percentile(&v, 0.5);
+    let ratio = match rates(baseline) {
+        b if b.is_empty() => String::new(),
+        b => format!(
+            "  {:.2}x the plain copy's time",
+            percentile(&b, 0.5) / median
+        ),
+    };
+    println!(
+        "{label:<12} {what:<34} n={:<4} median={median:>8.1} MiB/s min={:>7.1} MiB/s{ratio}",
+        v.len(),
+        v[0]
+    );
+}

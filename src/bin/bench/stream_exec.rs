@@ -29,7 +29,7 @@ pub async fn round_trip(c: &mut Client, id: &str) -> anyhow::Result<Duration> {
         .await?
         .into_inner()
         .url;
-    let tcp = upgrade(&url).await?;
+    let tcp = upgrade(&url, "v4.channel.k8s.io").await?;
     let (conn, _incoming, _) = spdy::conn::start(tcp, Role::Client, spdy::Settings::default());
     let open = async |kind: &str| {
         let mut h = HeaderBlock::new();
@@ -60,9 +60,9 @@ pub async fn round_trip(c: &mut Client, id: &str) -> anyhow::Result<Duration> {
     Ok(took)
 }
 
-/// Posts the upgrade request for `url` and reads the answer's head; the connection speaks
-/// SPDY from then on.
-async fn upgrade(url: &str) -> anyhow::Result<TcpStream> {
+/// Posts the upgrade request for `url` offering `protocol` and reads the answer's head; the
+/// connection speaks SPDY from then on.
+pub async fn upgrade(url: &str, protocol: &str) -> anyhow::Result<TcpStream> {
     let rest = url
         .strip_prefix("http://")
         .with_context(|| format!("not a plain HTTP stream URL: {url}"))?;
@@ -71,7 +71,7 @@ async fn upgrade(url: &str) -> anyhow::Result<TcpStream> {
     tcp.set_nodelay(true)?;
     let req = format!(
         "POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
-         X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+         X-Stream-Protocol-Version: {protocol}\r\nContent-Length: 0\r\n\r\n"
     );
     tcp.write_all(req.as_bytes()).await?;
     let mut head = Vec::new();

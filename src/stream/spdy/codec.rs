@@ -42,7 +42,6 @@ impl Decoder {
             head.check(&self.limits)?;
             let total = HEAD_LEN + head.payload_len();
             if buf.len() < total {
-                buf.reserve(total - buf.len());
                 return Ok(None);
             }
             buf.advance(HEAD_LEN);
@@ -58,6 +57,13 @@ impl Decoder {
                 }
             }
         }
+    }
+
+    /// How many bytes the frame at the front of `buf` takes in all, once its head is there:
+    /// what the reader must make room for (`decode` allocates nothing itself).
+    pub fn wanted(buf: &[u8]) -> Option<usize> {
+        let head = buf.first_chunk::<HEAD_LEN>().copied().map(Head::parse)?;
+        Some(HEAD_LEN + head.payload_len())
     }
 
     fn control(&mut self, kind: u16, flags: u8, p: &[u8]) -> Result<Option<Frame>, FrameError> {

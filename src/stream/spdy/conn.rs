@@ -29,10 +29,14 @@ use super::headers::HeaderBlock;
 use super::proto::{Conn, Event, Role, SendError};
 use crate::stream::idle::Idle;
 
-/// The largest DATA frame this end writes (Go's `io.Copy` buffer size).
-const MAX_SEND_FRAME: usize = 32 * 1024;
+/// The largest DATA frame this end writes. Go peers read any size up to the 16 MiB the
+/// format allows; 128 KiB is few syscalls and frames per megabyte without a peer waiting
+/// long for a whole frame.
+const MAX_SEND_FRAME: usize = 128 * 1024;
 /// How much one read of the socket may take: several frames per read when the peer is ahead.
-const READ_BUF: usize = 256 * 1024;
+/// Also the size of each of the reader's buffers: a frame left unfinished at a buffer's end
+/// is copied into the next, so these are several times `MAX_SEND_FRAME` (Go peers send 32 KiB).
+const READ_BUF: usize = 512 * 1024;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -77,6 +81,33 @@ impl Writer {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
         self.io.write_all(&self.buf).await?;
+        self.io.flush().await
+    }
+
+    /// One DATA frame with `payload` straight from the caller's buffer: its head and payload
+    /// in one vectored write where the transport takes those, else copied behind the head.
+    async fn write_data(&mut self, stream_id: StreamId, payload: &[u8]) -> io::Result<()> {
+        self.buf.clear();
+        Data::encode_head_of(stream_id, false, payload.len(), &mut self.buf);
+        if !self.io.is_write_vectored() {
+            self.buf.extend_from_slice(payload);
+            self.io.write_all(&self.buf).await?;
+            return self.io.flush().await;
+        }
+        let (mut head, mut rest) = (&self.buf[..], payload);
+        while !head.is_empty() {
+            let n = self
+                .io
+                .write_vectored(&[io::IoSlice::new(head), io::IoSlice::new(rest)])
+                .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let in_head = n.min(head.len());
+            head = &head[in_head..];
+            rest = &rest[n - in_head..];
+        }
+        self.io.write_all(rest).await?;
         self.io.flush().await
     }
 }
@@ -296,7 +327,7 @@ struct Reader {
 
 impl Reader {
     async fn run(mut self, mut rd: Pin<Box<dyn AsyncRead + Send>>) {
-        let mut buf = BytesMut::with_capacity(READ_BUF);
+        let mut bufs = ReadBufs::new();
         self.shared.touch();
         let advertised = {
             let window = self.shared.settings.recv_window;
@@ -308,15 +339,13 @@ impl Reader {
             return;
         }
         let why = loop {
-            match self.drain(&mut buf).await {
+            match self.drain(bufs.current()).await {
                 Ok(()) => {}
                 Err(e) => break e,
             }
-            if buf.capacity() - buf.len() < READ_BUF / 4 {
-                buf.reserve(READ_BUF);
-            }
+            let buf = bufs.with_room();
             tokio::select! {
-                n = rd.read_buf(&mut buf) => match n {
+                n = rd.read_buf(buf) => match n {
                     Ok(0) => break "peer closed the connection".to_owned(),
                     Ok(_) => self.shared.touch(),
                     Err(e) => break format!("reading: {e}"),
@@ -438,6 +467,54 @@ impl Reader {
     }
 }
 
+/// The buffers the reader reads into, in turn. Received payloads are handed on as slices of
+/// them, so a buffer is free again only once its payloads have all been consumed; taking the
+/// next buffer back then (instead of allocating a fresh one per read, which the allocator maps
+/// and the kernel zeroes page by page) keeps a bulk transfer in the same few buffers.
+struct ReadBufs {
+    ring: [BytesMut; READ_BUFS],
+    at: usize,
+}
+
+/// Enough that the oldest is free again when its turn comes: a stream's inbox holds at most
+/// `Settings::inbox_bytes` (256 KiB), so all but the newest buffer or two have been consumed.
+const READ_BUFS: usize = 3;
+
+impl ReadBufs {
+    fn new() -> ReadBufs {
+        ReadBufs {
+            ring: std::array::from_fn(|_| BytesMut::new()),
+            at: 0,
+        }
+    }
+
+    fn current(&mut self) -> &mut BytesMut {
+        &mut self.ring[self.at]
+    }
+
+    /// The current buffer with room for a read, and for the whole of the frame begun at its
+    /// front: the next one in turn when this one is nearly full, the undecoded rest moved along.
+    fn with_room(&mut self) -> &mut BytesMut {
+        let cur = &self.ring[self.at];
+        let frame = Decoder::wanted(cur).unwrap_or(0);
+        let need = (READ_BUF / 4).max(frame.saturating_sub(cur.len()));
+        if cur.capacity() - cur.len() >= need {
+            return &mut self.ring[self.at];
+        }
+        let rest = self.ring[self.at].split();
+        self.at = (self.at + 1) % READ_BUFS;
+        let next = &mut self.ring[self.at];
+        let size = READ_BUF.max(frame);
+        next.clear();
+        if !next.try_reclaim(size) {
+            // Still held by payloads not yet consumed (or never allocated): a new one.
+            *next = BytesMut::with_capacity(size);
+        }
+        next.extend_from_slice(&rest);
+        next
+    }
+}
+
 fn deliver_now(tables: &Tables, id: StreamId, msg: Inbound) {
     if let Some(i) = tables.inboxes.get(&id) {
         let _ = i.tx.send(msg);
@@ -494,6 +571,7 @@ impl Stream {
             recv: RecvHalf {
                 inbox,
                 credit,
+                held: None,
                 _guard: guard.clone(),
             },
             send: SendHalf {
@@ -529,6 +607,8 @@ impl Stream {
 pub struct RecvHalf {
     inbox: mpsc::UnboundedReceiver<Inbound>,
     credit: Arc<Semaphore>,
+    /// A FIN or reset `recv_batch` took after data: the next receive answers it.
+    held: Option<Inbound>,
     _guard: Arc<Guard>,
 }
 
@@ -536,7 +616,11 @@ impl RecvHalf {
     /// The next bytes from the peer; None once it ended its side. An error when the stream
     /// was reset or the connection ended.
     pub async fn recv(&mut self) -> io::Result<Option<Bytes>> {
-        match self.inbox.recv().await {
+        let next = match self.held.take() {
+            Some(held) => Some(held),
+            None => self.inbox.recv().await,
+        };
+        match next {
             Some(Inbound::Data(b, permits)) => {
                 self.credit.add_permits(permits as usize);
                 Ok(Some(b))
@@ -551,6 +635,32 @@ impl RecvHalf {
                 "SPDY connection closed",
             )),
         }
+    }
+
+    /// Waits like `recv`, then also takes what else has already arrived, up to about
+    /// `max_bytes` in all, appending each piece to `out`: one write of all of them instead of
+    /// one per frame. Ok(false) once the peer ended its side (nothing appended then).
+    pub async fn recv_batch(&mut self, out: &mut Vec<Bytes>, max_bytes: usize) -> io::Result<bool> {
+        let Some(first) = self.recv().await? else {
+            return Ok(false);
+        };
+        let mut taken = first.len();
+        out.push(first);
+        while taken < max_bytes {
+            match self.inbox.try_recv() {
+                Ok(Inbound::Data(b, permits)) => {
+                    self.credit.add_permits(permits as usize);
+                    taken += b.len();
+                    out.push(b);
+                }
+                Ok(end) => {
+                    self.held = Some(end);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -572,7 +682,7 @@ impl SendHalf {
         self.id
     }
 
-    /// Sends `data`, in frames of at most 32 KiB, each as the send windows allow.
+    /// Sends `data`, in frames of at most 128 KiB, each as the send windows allow.
     pub async fn send(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let want = data.len().min(MAX_SEND_FRAME);
@@ -596,12 +706,7 @@ impl SendHalf {
                 .take_send_window(self.id, data.len())
                 .map_err(send_error)?;
             if n > 0 {
-                let frame = Frame::Data(Data {
-                    stream_id: self.id,
-                    fin: false,
-                    payload: Bytes::copy_from_slice(&data[..n]),
-                });
-                w.write(std::slice::from_ref(&frame)).await?;
+                w.write_data(self.id, &data[..n]).await?;
                 self.shared.touch();
                 return Ok(n);
             }
@@ -629,3 +734,7 @@ impl SendHalf {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

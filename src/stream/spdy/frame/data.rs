@@ -26,8 +26,14 @@ impl Data {
 
     /// Writes the head only: callers send the payload after it without copying it.
     pub fn encode_head(&self, dst: &mut Vec<u8>) {
-        dst.extend_from_slice(&(self.stream_id & 0x7fff_ffff).to_be_bytes());
-        put_flags_len(if self.fin { FLAG_FIN } else { 0 }, self.payload.len(), dst);
+        Data::encode_head_of(self.stream_id, self.fin, self.payload.len(), dst);
+    }
+
+    /// The head of a DATA frame carrying `len` bytes, for a payload that is not in a `Data`
+    /// (a sender writing it from its own buffer).
+    pub fn encode_head_of(stream_id: StreamId, fin: bool, len: usize, dst: &mut Vec<u8>) {
+        dst.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
+        put_flags_len(if fin { FLAG_FIN } else { 0 }, len, dst);
     }
 
     pub fn encode(&self, dst: &mut Vec<u8>) {
