@@ -444,11 +444,12 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
             .unwrap();
     let driver = rc.into_inner().linux.unwrap().cgroup_driver;
     assert_eq!(driver, pb::CgroupDriver::Systemd as i32);
-    // Only the controllers systemd manages reach its scopes: no hugetlb, rdma or misc.
+    // The controllers systemd manages reach its scopes, and hugetlb, which crust enables
+    // itself: no rdma or misc.
     assert_eq!(
         check_line(&e.d.config),
         "ok    cgroups     Unified hierarchy at /sys/fs/cgroup, systemd driver, \
-         controllers: cpuset cpu io memory pids"
+         controllers: cpuset cpu io memory hugetlb pids"
     );
 
     // A pod as kubelet's systemd driver names its parent.
@@ -472,9 +473,20 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     let pod_scope = format!("crust-{}.scope", pod.0);
     assert_eq!(systemctl(&["is-active", &pod_scope]), "active");
 
-    // A container: its own scope in the same slice, with its limits.
+    // A container: its own scope in the same slice, with its limits, those systemd has no
+    // property for too (hugepages, most `unified` keys).
     let mut config = e.config("main", &["sleep", "600"]);
-    config.linux.as_mut().unwrap().resources = Some(limits(64 << 20, 64 << 20, 512, 50_000));
+    let mut resources = limits(64 << 20, 64 << 20, 512, 50_000);
+    resources.hugepage_limits = vec![pb::HugepageLimit {
+        page_size: "2MB".into(),
+        limit: 4 << 20,
+    }];
+    resources.unified = [
+        ("io.weight".to_owned(), "200".to_owned()),
+        ("memory.high".to_owned(), (48u64 << 20).to_string()),
+    ]
+    .into();
+    config.linux.as_mut().unwrap().resources = Some(resources);
     let id = e.run(&pod, config).await;
     let cgroup = e.info(&id).await["cgroup"].as_str().unwrap().to_owned();
     assert_eq!(cgroup, format!("{slice}:crust:{id}"));
@@ -483,9 +495,12 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     // The controllers crust check named are the ones the scope has.
     assert_eq!(
         read(&dir, "cgroup.controllers"),
-        "cpuset cpu io memory pids"
+        "cpuset cpu io memory hugetlb pids"
     );
     assert_eq!(read(&dir, "memory.max"), (64u64 << 20).to_string());
+    assert_eq!(read(&dir, "hugetlb.2MB.max"), (4u64 << 20).to_string());
+    assert_eq!(read(&dir, "io.weight"), "default 200");
+    assert_eq!(read(&dir, "memory.high"), (48u64 << 20).to_string());
     assert_eq!(read(&dir, "cpu.max"), "50000 100000");
     assert_eq!(read(&dir, "cpu.weight"), weight_of(512).to_string());
     assert_eq!(
@@ -506,15 +521,21 @@ async fn the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none() {
     let linux = stats.stats.unwrap().linux.unwrap();
     let processes = linux.process.unwrap().process_count.unwrap().value;
     assert!(processes > in_pod_scope, "{processes} processes in the pod");
+    let mut update = limits(128 << 20, 128 << 20, 256, 20_000);
+    update.hugepage_limits = vec![pb::HugepageLimit {
+        page_size: "2MB".into(),
+        limit: 8 << 20,
+    }];
     e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
         container_id: id.clone(),
-        linux: Some(limits(128 << 20, 128 << 20, 256, 20_000)),
+        linux: Some(update),
         ..Default::default()
     })
     .await
     .unwrap();
     assert_eq!(read(&dir, "memory.max"), (128u64 << 20).to_string());
     assert_eq!(read(&dir, "cpu.max"), "20000 100000");
+    assert_eq!(read(&dir, "hugetlb.2MB.max"), (8u64 << 20).to_string());
 
     // After removal systemd holds no unit of crust's, and no cgroup is left.
     stop_pod(&mut e.c, &pod.0).await;

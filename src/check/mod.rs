@@ -103,9 +103,11 @@ fn cgroups(config: &Config) -> Result<String, String> {
     ))
 }
 
-/// The controllers systemd enables below a slice for a delegated scope; it manages no other
-/// (hugetlb, rdma and misc stay at the root), so the systemd driver has only these.
-const SYSTEMD_CONTROLLERS: &[&str] = &["cpuset", "cpu", "io", "memory", "pids"];
+/// The controllers a container's scope gets with the systemd driver: those systemd enables
+/// below a slice for a delegated scope, and hugetlb, which systemd leaves at the root and crust
+/// enables on the way down for a container with hugepage limits (as runc does); rdma and misc
+/// stay at the root.
+const SYSTEMD_CONTROLLERS: &[&str] = &["cpuset", "cpu", "io", "memory", "hugetlb", "pids"];
 
 /// The v1 hierarchies crust's containers use, where mounted.
 const V1_CONTROLLERS: &[&str] = &[
@@ -264,7 +266,7 @@ mod tests {
         );
         assert_eq!(
             delegated(v2.path(), true, true).join(" "),
-            "cpuset cpu io memory pids"
+            "cpuset cpu io memory hugetlb pids"
         );
         let v1 = tempfile::tempdir().unwrap();
         for c in ["memory", "cpu", "unified"] {

@@ -162,8 +162,19 @@ impl Containers {
                 "creating it in the pod's monitor",
             ))
             .map_err(|e| ("create the container", e))?;
-        crate::failpoint!("container.create.after_libcontainer_create");
         record.pid = Some(pid);
+        crate::failpoint!("container.create.after_libcontainer_create");
+        if let Some(resources) = prepared
+            .spec
+            .linux()
+            .as_ref()
+            .and_then(|l| l.resources().clone())
+        {
+            let (ctx, cgroup) = (self.ctx.clone(), record.cgroup.clone());
+            blocking(move || ctx.cgroups.apply_beyond_systemd(&cgroup, &resources))
+                .await
+                .map_err(|e| ("apply the limits systemd does not set", e))?;
+        }
         Ok(())
     }
 

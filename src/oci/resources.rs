@@ -161,10 +161,11 @@ fn hugepages(
         return Ok(None);
     }
     let limits = r.hugepage_limits.iter().map(|h| {
-        if h.page_size.is_empty() {
-            return Err(SpecError::Invalid(
-                "hugepage_limits: a page size is empty".into(),
-            ));
+        if !is_page_size(&h.page_size) {
+            return Err(SpecError::Invalid(format!(
+                "hugepage_limits: {:?} is not a page size (a number and KB, MB or GB, as \"2MB\")",
+                h.page_size
+            )));
         }
         let limit = i64::try_from(h.limit).map_err(|_| {
             SpecError::Invalid(format!(
@@ -198,7 +199,42 @@ fn unified(
             keys.join(", ")
         )));
     }
+    if let Some(key) = r.unified.keys().find(|k| !is_unified_key(k)) {
+        return Err(SpecError::Invalid(format!(
+            "unified: {key:?} is not a cgroup v2 interface file crust may write \
+             (a file name as \"memory.high\", none of cgroup.procs, cgroup.threads, \
+             cgroup.kill, cgroup.freeze, cgroup.type, cgroup.subtree_control)"
+        )));
+    }
     Ok(Some(r.unified.clone().into_iter().collect()))
+}
+
+/// A page size as the kernel names it in hugetlb files (`2MB`, `1GB`, `64KB`). The size becomes
+/// part of a file name in the cgroup, so nothing else may pass.
+fn is_page_size(size: &str) -> bool {
+    let digits = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &size[digits.len()..];
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && ["KB", "MB", "GB"].contains(&unit)
+}
+
+/// A `unified` key is written as a file of the container's cgroup: a plain interface file
+/// name (`controller.file`), never a path out of the cgroup, and none of the files that move,
+/// kill or freeze processes or reshape the tree, which belong to the runtime.
+fn is_unified_key(key: &str) -> bool {
+    const RUNTIME_OWNED: &[&str] = &[
+        "cgroup.procs",
+        "cgroup.threads",
+        "cgroup.kill",
+        "cgroup.freeze",
+        "cgroup.type",
+        "cgroup.subtree_control",
+    ];
+    let plain = key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    plain && key.contains('.') && !key.starts_with('.') && !RUNTIME_OWNED.contains(&key)
 }
 
 /// The device cgroup rules, in order: deny all, then allow.
@@ -568,6 +604,36 @@ mod tests {
         };
         let out = container_resources(&r, &no_hugetlb).unwrap();
         assert!(out.hugepage_limits().is_none());
+
+        // Both become file names in the cgroup: nothing that leaves it or takes the
+        // runtime's files.
+        for key in [
+            "../../cgroup.procs",
+            "cgroup.procs",
+            "memory",
+            ".max",
+            "a/b.max",
+            "",
+        ] {
+            let bad = Resources {
+                unified: BTreeMap::from([(key.to_string(), "1".to_string())]),
+                ..Default::default()
+            };
+            let err = container_resources(&bad, &v2()).unwrap_err();
+            assert!(!err.is_host_limit(), "{key}");
+            assert!(err.to_string().starts_with("unified: "), "{err}");
+        }
+        for size in ["", "2", "MB", "2MB/../x", "../2MB", "2mb", "2 MB"] {
+            let bad = Resources {
+                hugepage_limits: vec![HugepageLimit {
+                    page_size: size.into(),
+                    limit: 1,
+                }],
+                ..Default::default()
+            };
+            let err = container_resources(&bad, &v2()).unwrap_err();
+            assert!(err.to_string().starts_with("hugepage_limits: "), "{err}");
+        }
 
         let v1 = HostFeatures::default();
         let err = container_resources(&r, &v1).unwrap_err();

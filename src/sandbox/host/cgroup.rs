@@ -216,7 +216,23 @@ impl CgroupSettings {
             oom_score_adj: None,
             disable_oom_killer: false,
         };
-        self.manager(path)?.apply(&opt).map_err(|e| err(path, e))
+        self.manager(path)?.apply(&opt).map_err(|e| err(path, e))?;
+        self.apply_beyond_systemd(path, resources)
+    }
+
+    /// With the systemd driver: the limits systemd has no unit property for (hugepages, most
+    /// `unified` keys), written to the scope's files (see `beyond_systemd`). Called once the
+    /// scope exists: after libcontainer created the container, and on every update.
+    pub fn apply_beyond_systemd(
+        &self,
+        path: &str,
+        resources: &oci_spec::runtime::LinuxResources,
+    ) -> Result<(), CgroupError> {
+        if self.driver != CgroupDriver::Systemd || !self.unified {
+            return Ok(());
+        }
+        let scope = self.controller_dir(path, "");
+        super::beyond_systemd::write(&self.root, &scope, resources).map_err(|e| err(path, e))
     }
 }
 

@@ -3,5 +3,6 @@
 //! (`resolv.conf`, `hostname`, `hosts`, and the pod's `/dev/shm`). Containers use both too: a
 //! container's cgroup sits under its pod's, and its bundle mounts the pod's files.
 
+mod beyond_systemd;
 pub mod cgroup;
 pub mod files;
