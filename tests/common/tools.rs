@@ -13,9 +13,14 @@ fn tools_dir() -> PathBuf {
     d
 }
 
+/// One Go build at a time in a test process: tests running in parallel all ask for the client
+/// on a cold cache, and each would otherwise build it into the same temporary file.
+static GO_BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Builds `package` in the module at `module` into `out`, unless `out` is newer than every
 /// file of the module.
 fn go_build(module: &Path, package: &str, out: &Path) {
+    let _one = GO_BUILDS.lock().unwrap_or_else(|p| p.into_inner());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let newest_source = std::fs::read_dir(module)
         .unwrap()
