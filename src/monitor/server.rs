@@ -42,6 +42,9 @@ pub struct Monitor {
     children: RefCell<Children>,
     subscribers: RefCell<Vec<mpsc::Sender<Rc<str>>>>,
     stop: Notify,
+    /// OOM kills put down to this pod's containers so far (see `oom`): what the pod's
+    /// hierarchical count holds besides a container whose own count vanished.
+    pub oom_kills: Cell<u64>,
 }
 
 #[derive(Default)]
@@ -83,6 +86,7 @@ pub fn run(
         children: RefCell::default(),
         subscribers: RefCell::default(),
         stop: Notify::new(),
+        oom_kills: Cell::new(0),
     });
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, serve(monitor, listener))

@@ -121,7 +121,10 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
         }
     };
     let id = req.id.clone();
-    let oom = req.memory_cgroup.as_deref().and_then(OomWatch::start);
+    let oom = req
+        .memory_cgroup
+        .as_deref()
+        .and_then(|dir| OomWatch::start(dir, monitor.oom_kills.get()));
     let status = monitor.adopt(pid, since, &id);
     monitor.workloads.borrow_mut().insert(
         id.clone(),
@@ -369,9 +372,14 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         w.attachers.borrow_mut().clear();
         let clean = code == 0 && signal.is_none();
         // What the watch saw first: with the systemd driver the cgroup may be gone by now.
-        let watched = w.oom.take().is_some_and(|o| o.seen());
+        let sigkill = signal == Some(Signal::SIGKILL as i32);
+        let watched = w
+            .oom
+            .take()
+            .map_or(0, |o| o.kills_at_exit(sigkill, monitor.oom_kills.get()));
+        monitor.oom_kills.set(monitor.oom_kills.get() + watched);
         let oom_killed =
-            !clean && (watched || w.req.memory_cgroup.as_deref().is_some_and(oom_kills));
+            !clean && (watched > 0 || w.req.memory_cgroup.as_deref().is_some_and(oom_kills));
         let exit = ExitInfo {
             code,
             signal,
