@@ -164,12 +164,14 @@ impl Containers {
             .map_err(|e| ("create the container", e))?;
         record.pid = Some(pid);
         crate::failpoint!("container.create.after_libcontainer_create");
-        if let Some(resources) = prepared
+        // Only the systemd driver needs it: no clone and no blocking hop on the cgroupfs path.
+        let beyond_systemd = self.ctx.cgroups.writes_beyond_systemd();
+        let resources = prepared
             .spec
             .linux()
             .as_ref()
-            .and_then(|l| l.resources().clone())
-        {
+            .and_then(|l| l.resources().as_ref());
+        if let Some(resources) = resources.filter(|_| beyond_systemd).cloned() {
             let (ctx, cgroup) = (self.ctx.clone(), record.cgroup.clone());
             blocking(move || ctx.cgroups.apply_beyond_systemd(&cgroup, &resources))
                 .await

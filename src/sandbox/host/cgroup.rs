@@ -220,6 +220,12 @@ impl CgroupSettings {
         self.apply_beyond_systemd(path, resources)
     }
 
+    /// Whether `apply_beyond_systemd` has anything to do here: the systemd driver on cgroup
+    /// v2 (libcgroups' systemd manager works on v2 only).
+    pub fn writes_beyond_systemd(&self) -> bool {
+        self.driver == CgroupDriver::Systemd && self.unified
+    }
+
     /// With the systemd driver: the limits systemd has no unit property for (hugepages, most
     /// `unified` keys), written to the scope's files (see `beyond_systemd`). Called once the
     /// scope exists: after libcontainer created the container, and on every update.
@@ -228,7 +234,7 @@ impl CgroupSettings {
         path: &str,
         resources: &oci_spec::runtime::LinuxResources,
     ) -> Result<(), CgroupError> {
-        if self.driver != CgroupDriver::Systemd || !self.unified {
+        if !self.writes_beyond_systemd() {
             return Ok(());
         }
         let scope = self.controller_dir(path, "");
