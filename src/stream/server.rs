@@ -20,7 +20,7 @@ use hyper::body::Incoming as Body;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
@@ -31,6 +31,7 @@ use super::idle::Idle;
 use super::remotecommand::{self, Command, SPDY_PROTOCOLS};
 use super::sessions::{MAX_WAITING, Pending, Sessions, TOKEN_TTL};
 use super::spdy::{self, Role};
+use super::tunnel::{self, Tunnel};
 use super::{StreamError, Streams, portforward};
 
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -331,8 +332,14 @@ fn spdy_upgrade(
         let Ok(upgraded) = upgrade.await else {
             return;
         };
-        let (conn, incoming, _reader) =
-            spdy::conn::start(TokioIo::new(upgraded), Role::Server, settings);
+        // On plain HTTP the socket itself: port-forward splices payloads into it.
+        let (conn, incoming, _reader) = match upgraded.downcast::<TokioIo<TcpStream>>() {
+            Ok(parts) => {
+                let tcp = parts.io.into_inner();
+                spdy::conn::start_tcp(tcp, parts.read_buf, Role::Server, settings)
+            }
+            Err(upgraded) => spdy::conn::start(TokioIo::new(upgraded), Role::Server, settings),
+        };
         match (pending, backend) {
             (Pending::PortForward(r), _) => {
                 portforward::serve(incoming, r.network, r.pod_sandbox_id).await;
@@ -414,16 +421,21 @@ fn websocket(
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), WsRole::Server, Some(config))
                 .await;
-        let idle = Idle::new(shared.idle_timeout);
         match (pending, chosen.0, shared.backend.clone()) {
             (Pending::PortForward(r), _, _) => {
-                let bytes = super::tunnel::tunnel(ws, idle);
-                let (conn, incoming, _reader) = spdy::conn::start(bytes, Role::Server, shared.spdy);
+                // The SPDY connection inside keeps the idle timeout.
+                let bytes = Tunnel::new(ws);
+                let settings = spdy::Settings {
+                    max_data_frame: tunnel::FRAME_BYTES,
+                    ..shared.spdy
+                };
+                let (conn, incoming, _reader) = spdy::conn::start(bytes, Role::Server, settings);
                 portforward::serve(incoming, r.network, r.pod_sandbox_id).await;
                 conn.close().await;
             }
             (other, Some(protocol), Some(backend)) => {
                 if let Some(cmd) = command(other) {
+                    let idle = Idle::new(shared.idle_timeout);
                     remotecommand::websocket::serve(ws, protocol, cmd, backend, idle).await;
                 }
             }

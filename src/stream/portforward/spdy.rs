@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use super::{PodNetwork, dial};
 use crate::stream::spdy::frame::RstStatus;
+use crate::stream::spdy::splice::Pipe;
 use crate::stream::spdy::{Incoming, Stream};
 
 /// How long a request may wait for its second stream (kubelet's stream creation timeout).
@@ -153,6 +154,12 @@ async fn copy(data: Stream, tcp: TcpStream) -> std::io::Result<()> {
         to_pod.shutdown().await
     };
     let down = async {
+        if to_client.can_splice() {
+            // The pod's bytes go to the client's socket without passing through here.
+            let mut pipe = Pipe::new()?;
+            while to_client.splice_from(from_pod.as_ref(), &mut pipe).await? > 0 {}
+            return to_client.close().await;
+        }
         let mut buf = vec![0u8; READ_BYTES];
         loop {
             let n = from_pod.read(&mut buf).await?;

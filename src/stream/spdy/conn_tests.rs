@@ -92,3 +92,82 @@ async fn a_batch_takes_what_has_arrived_up_to_its_limit_and_the_end_comes_after_
     assert_eq!(texts(&mut batch), ["four", "five"]);
     assert!(!rx.recv_batch(&mut batch, 1 << 20).await.unwrap());
 }
+
+#[tokio::test]
+async fn spliced_payloads_arrive_whole_and_in_order_between_frames() {
+    use tokio::net::{TcpListener, TcpStream};
+    let tcp_pair = async || {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (a, l.accept().await.unwrap().0)
+    };
+    let (c, s) = tcp_pair().await;
+    // A small receive window: the splicing side waits for WINDOW_UPDATEs.
+    let small = Settings {
+        recv_window: 100_000,
+        ..Settings::default()
+    };
+    let (client, _, _) = start(c, Role::Client, small);
+    let (_, mut incoming, _) = start_tcp(s, Bytes::new(), Role::Server, Settings::default());
+    let mut h = HeaderBlock::new();
+    h.insert("streamtype", "data");
+    let (opened, accepted) = tokio::join!(client.open(h), async {
+        let s = incoming.next().await.unwrap();
+        s.reply().await.unwrap();
+        s
+    });
+    let (mut rx, _client_tx) = opened.unwrap().into_split();
+    let (_server_rx, tx) = accepted.into_split();
+    assert!(tx.can_splice());
+
+    let (mut source, from) = tcp_pair().await;
+    let sent = pattern(3 * SPLICE_BYTES + 777);
+    let writing = {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            source.write_all(&sent).await.unwrap();
+            source.shutdown().await.unwrap();
+        })
+    };
+    let sending = async {
+        let mut pipe = Pipe::new().unwrap();
+        // Frames of the same stream sent the ordinary way go between the spliced ones.
+        tx.send(b"<").await.unwrap();
+        while tx.splice_from(&from, &mut pipe).await.unwrap() > 0 {}
+        tx.send(b">").await.unwrap();
+        tx.close().await.unwrap();
+    };
+    let receiving = async {
+        let mut got = Vec::new();
+        while let Some(b) = rx.recv().await.unwrap() {
+            got.extend_from_slice(&b);
+        }
+        got
+    };
+    let ((), got) = tokio::join!(sending, receiving);
+    writing.await.unwrap();
+    assert_eq!(got.len(), sent.len() + 2);
+    assert!(
+        got[1..got.len() - 1] == sent[..],
+        "the spliced bytes differ"
+    );
+    assert_eq!((got[0], got[got.len() - 1]), (b'<', b'>'));
+}
+
+#[tokio::test]
+async fn a_frame_cut_short_leaves_the_connection_unusable() {
+    // Nobody reads the other end: a big frame cannot be written whole.
+    let (a, _b) = tokio::io::duplex(1024);
+    let mut w = Writer {
+        io: WriteIo::Other(Box::pin(a)),
+        enc: Encoder::new(),
+        buf: Vec::new(),
+        torn: false,
+    };
+    let cut = tokio::time::timeout(Duration::from_millis(50), w.write_data(1, &[0; 65536]));
+    assert!(cut.await.is_err(), "the write should not have finished");
+    let e = w.write_data(1, b"next").await.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+    let ping = Frame::Ping(super::super::frame::Ping { id: 1 });
+    assert!(w.write(&[ping]).await.is_err());
+}
