@@ -9,9 +9,9 @@
 # kubelet's relist with 110 pods of 3 containers; CONTAINER_ARGS passes options to it.
 # The exec round trip twice: through `crictl exec` and through crust-bench-containers' own
 # SPDY client (no crictl process start); EXEC_ONLY=1 measures only those two.
-# Port-forward throughput through that same client: 100 MiB into a pod's port over PortForward
-# and SPDY, in turns with a plain copy over the pod's own loopback; PORTFORWARD_ONLY=1 measures
-# only that. The last lines compare crust with containerd where both were measured.
+# Port-forward throughput through that same client: 100 MiB into a pod's port and out of it
+# over PortForward, on SPDY and on SPDY in WebSocket, in turns with a plain copy over the pod's
+# own loopback; PORTFORWARD_ONLY=1 measures only that. The last lines compare crust with containerd where both were measured.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
@@ -133,10 +133,14 @@ sleep 1
 # crust against containerd on the streaming rows: the median time of crust's over containerd's.
 awk '
   /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
-  /port-forward .* \(SPDY\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1] = v } }
+  /port-forward .* (up|down) \((SPDY|WebSocket)\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1, $5 " " $6] = v } }
   END {
     if (ms["crust"] && ms["containerd"])
       printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", "Exec over SPDY (true)", ms["crust"], ms["containerd"], ms["crust"] / ms["containerd"]
-    if (rate["crust"] && rate["containerd"])
-      printf "%-12s %-34s crust %.1f MiB/s, containerd %.1f MiB/s: %.2fx containerd'"'"'s time\n", "ratio", "port-forward (SPDY)", rate["crust"], rate["containerd"], rate["containerd"] / rate["crust"]
+    split("up (SPDY)|up (WebSocket)|down (SPDY)|down (WebSocket)", kinds, "|")
+    for (k = 1; k <= 4; k++) {
+      c = rate["crust", kinds[k]]; d = rate["containerd", kinds[k]]
+      if (c && d)
+        printf "%-12s %-34s crust %.1f MiB/s, containerd %.1f MiB/s: %.2fx containerd'"'"'s time\n", "ratio", "port-forward " kinds[k], c, d, d / c
+    }
   }' "$W/rows"

@@ -62,6 +62,12 @@ struct Args {
     /// Measure only the port-forward transfers.
     #[arg(long)]
     only_port_forward: bool,
+    /// Which ways the port-forward transfers go.
+    #[arg(long, value_delimiter = ',', default_value = "up,down")]
+    port_forward_ways: Vec<String>,
+    /// Over which transports: spdy, websocket (SPDY tunnelled in WebSocket).
+    #[arg(long, value_delimiter = ',', default_value = "spdy,websocket")]
+    port_forward_transports: Vec<String>,
 }
 
 type Client = RuntimeServiceClient<Channel>;
@@ -113,34 +119,60 @@ async fn stream_execs(c: &mut Client, args: &Args) -> anyhow::Result<()> {
     remove_pod(c, &pod).await
 }
 
-/// `--port-forward-mib` into a pod through PortForward and a SPDY stream, and the same over a
-/// plain connection inside the pod, in turns so that both see the same load.
+/// `--port-forward-mib` into and out of a pod through PortForward, over SPDY and over SPDY in
+/// WebSocket, and the same over a plain connection inside the pod, in turns so that all see
+/// the same load.
 async fn port_forwards(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    use stream_portforward::{Direction, Transport};
     let pod = run_pod(c, "port-forward").await?;
     let id = create_container(c, &pod, "sleeper", &args.image, SLEEPER).await?;
     start_container(c, &id).await?;
     let netns = stream_portforward::netns_of(c, &id).await?;
     let port = stream_portforward::sink_in_netns(netns.clone())?;
     let total = args.port_forward_mib << 20;
-    let (mut spdy, mut plain) = (Vec::new(), Vec::new());
-    // One warm-up round: the first connection pays for page faults in every buffer.
-    for i in 0..1 + args.port_forwards {
-        let p = stream_portforward::plain(netns.clone(), port, total).await?;
-        let s = stream_portforward::through_spdy(c, &pod.0, port, total).await?;
-        if i > 0 {
-            plain.push(p);
-            spdy.push(s);
+    let ways = [("up", Direction::Up), ("down", Direction::Down)];
+    let ways = ways
+        .iter()
+        .filter(|(n, _)| args.port_forward_ways.iter().any(|w| w == n));
+    for &(way, dir) in ways {
+        let mut transports: Vec<(&str, Transport, Vec<Duration>)> = [
+            ("spdy", "SPDY", Transport::Spdy),
+            ("websocket", "WebSocket", Transport::WebSocket),
+        ]
+        .into_iter()
+        .filter(|(n, ..)| args.port_forward_transports.iter().any(|t| t == n))
+        .map(|(_, shown, t)| (shown, t, Vec::new()))
+        .collect();
+        let mut plain = Vec::new();
+        // One warm-up round: the first connection pays for page faults in every buffer.
+        for i in 0..1 + args.port_forwards {
+            let p = stream_portforward::plain(netns.clone(), port, total, dir).await?;
+            let mut refused = Vec::new();
+            for (shown, t, took) in &mut transports {
+                match stream_portforward::through(c, &pod.0, port, total, (dir, *t)).await {
+                    Ok(s) if i > 0 => took.push(s),
+                    Ok(_) => {}
+                    // containerd's stream server does not speak the WebSocket tunnel.
+                    Err(e) if i == 0 => {
+                        println!("{:<12} port-forward {way} ({shown}): {e}", args.label);
+                        refused.push(*t);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            transports.retain(|(_, t, _)| !refused.contains(t));
+            if i > 0 {
+                plain.push(p);
+            }
         }
+        let mib = args.port_forward_mib;
+        for (shown, _, took) in &transports {
+            let what = format!("port-forward {mib} MiB {way} ({shown})");
+            report_rate(&args.label, &what, total, took, &plain);
+        }
+        let what = format!("plain loopback copy {way} in the pod");
+        report_rate(&args.label, &what, total, &plain, &[]);
     }
-    let what = format!("port-forward {} MiB (SPDY)", args.port_forward_mib);
-    report_rate(&args.label, &what, total, &spdy, &plain);
-    report_rate(
-        &args.label,
-        "plain loopback copy in the pod",
-        total,
-        &plain,
-        &[],
-    );
     remove_pod(c, &pod).await
 }
 
