@@ -205,13 +205,11 @@ impl Writer {
         pipe: &mut Pipe,
         len: usize,
     ) -> io::Result<()> {
+        self.begin()?;
         let WriteIo::Tcp(tcp) = &self.io else {
+            self.torn = false; // nothing was written
             return Err(io::ErrorKind::Unsupported.into());
         };
-        if self.torn {
-            return self.begin();
-        }
-        self.torn = true;
         self.buf.clear();
         Data::encode_head_of(stream_id, false, len, &mut self.buf);
         splice::send_more(tcp.as_ref(), &self.buf).await?;

@@ -42,16 +42,19 @@ async fn a_bulk_transfer_arrives_whole_and_in_order_through_the_read_buffers() {
         }
         tx.close().await.unwrap();
     };
-    let receiving = async {
-        let mut got = Vec::new();
-        while let Some(b) = rx.recv().await.unwrap() {
-            got.extend_from_slice(&b);
-        }
-        got
-    };
+    let receiving = received(&mut rx);
     let ((), got) = tokio::join!(sending, receiving);
     assert_eq!(got.len(), sent.len());
     assert!(got == sent, "the received bytes differ from those sent");
+}
+
+/// Everything the stream brings until the peer's FIN.
+async fn received(rx: &mut RecvHalf) -> Vec<u8> {
+    let mut got = Vec::new();
+    while let Some(b) = rx.recv().await.unwrap() {
+        got.extend_from_slice(&b);
+    }
+    got
 }
 
 /// Sends the pieces and a FIN, and lets the server's reader deliver them all.
@@ -137,13 +140,7 @@ async fn spliced_payloads_arrive_whole_and_in_order_between_frames() {
         tx.send(b">").await.unwrap();
         tx.close().await.unwrap();
     };
-    let receiving = async {
-        let mut got = Vec::new();
-        while let Some(b) = rx.recv().await.unwrap() {
-            got.extend_from_slice(&b);
-        }
-        got
-    };
+    let receiving = received(&mut rx);
     let ((), got) = tokio::join!(sending, receiving);
     writing.await.unwrap();
     assert_eq!(got.len(), sent.len() + 2);
