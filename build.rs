@@ -1,5 +1,10 @@
 //! Compiles the CRI v1 API (proto/api.proto) with protox, a pure-Rust protobuf compiler, so
-//! building crust never needs a system `protoc`.
+//! building crust never needs a system `protoc`; and builds the pod init (pod-init/main.rs), a
+//! freestanding program crust embeds and execs as PID 1 of shared PID namespaces
+//! (`monitor::pod_init`).
+
+use std::path::PathBuf;
+use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/api.proto");
@@ -8,5 +13,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_fds(fds)?;
+    build_pod_init()
+}
+
+/// No standard library, no libc, no start files: a static executable of a few hundred bytes.
+/// The flags of the crate's own build (sanitizers, coverage) are not passed on: the program
+/// runs alone, and must stay this small.
+fn build_pod_init() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=pod-init/main.rs");
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("pod-init");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let target = std::env::var("TARGET")?;
+    let status = Command::new(rustc)
+        .args([
+            "--edition",
+            "2024",
+            "--target",
+            &target,
+            "--crate-type",
+            "bin",
+        ])
+        .args([
+            "-C",
+            "panic=abort",
+            "-C",
+            "opt-level=s",
+            "-C",
+            "strip=symbols",
+        ])
+        .args(["-C", "relocation-model=static"])
+        .args(["-C", "link-arg=-nostartfiles", "-C", "link-arg=-nostdlib"])
+        .args([
+            "-C",
+            "link-arg=-static",
+            "-C",
+            "link-arg=-Wl,--build-id=none",
+        ])
+        .arg("pod-init/main.rs")
+        .arg("-o")
+        .arg(&out)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()?;
+    if !status.success() {
+        return Err(format!("building pod-init/main.rs failed: {status}").into());
+    }
     Ok(())
 }

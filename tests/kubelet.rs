@@ -2,7 +2,8 @@
 //! checks a node: kubelet's own `/pods` status, `/stats/summary`, `/metrics/cadvisor` and
 //! metrics, crictl, and what is left on the host afterwards. One kubelet runs the whole story:
 //! probes, a crash loop, an OOM kill, init containers sharing an emptyDir, a host-network pod,
-//! crust killed and restarted under it, a liveness failure, and the pods removed.
+//! a pod sharing its PID namespace whose CAP_SYS_PTRACE container cannot reach the node through
+//! PID 1, crust killed and restarted under it, a liveness failure, and the pods removed.
 
 mod common;
 
@@ -14,10 +15,12 @@ use common::workload::Env;
 use crust::cri::pb;
 use serde_json::Value;
 
-fn manifests(image: &str) -> Vec<(&'static str, String)> {
+/// The pods of the story; `marker` is a file of the node no container may read.
+fn manifests(image: &str, marker: &str) -> Vec<(&'static str, String)> {
     let pod = |name: &str, spec: &str| {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{spec}")
             .replace("IMAGE", image)
+            .replace("MARKER", marker)
     };
     vec![
         (
@@ -94,6 +97,23 @@ fn manifests(image: &str) -> Vec<(&'static str, String)> {
 "#,
             ),
         ),
+        (
+            "shareproc",
+            pod(
+                "shareproc",
+                r#"  shareProcessNamespace: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: IMAGE
+    command: [sleep, "3600"]
+  - name: spy
+    image: IMAGE
+    securityContext: {capabilities: {add: [SYS_PTRACE]}}
+    command: [sh, -c, "until ps -o args | grep -q '^[s]leep 3600'; do sleep 0.2; done; echo sees-app; for p in /proc/[0-9]*; do cat $p/root/MARKER $p/cwd/MARKER 2>/dev/null; done; echo scanned $(ls -d /proc/[0-9]* | wc -l); exec sleep 3600"]
+"#,
+            ),
+        ),
     ]
 }
 
@@ -137,8 +157,12 @@ fn crictl(e: &Env, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn kubelet_runs_static_pods_on_crust() {
     let mut e = Env::start().await;
+    let marker = e.d.dir.join("node-marker");
+    let token = format!("node-only-{}", std::process::id());
+    std::fs::write(&marker, &token).unwrap();
+    let marker = marker.display().to_string();
     let k = Kubelet::start(&e.d);
-    for (name, yaml) in manifests(&e.image) {
+    for (name, yaml) in manifests(&e.image, &marker) {
         k.put(name, &yaml);
     }
 
@@ -211,6 +235,34 @@ async fn kubelet_runs_static_pods_on_crust() {
         std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap(),
         std::fs::read_link("/proc/self/ns/net").unwrap()
     );
+
+    // shareProcessNamespace: the containers see each other's processes, and the one with
+    // CAP_SYS_PTRACE reads nothing of the node through any process it sees (PID 1 is crust's
+    // confined pod init).
+    let shareproc = k.wait_pod("shareproc", "running", |s| {
+        running(s, "app") && running(s, "spy")
+    });
+    let spy = crust_id(&shareproc, "spy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logs = loop {
+        let logs = crictl(&e, &["logs", &spy]);
+        if logs.contains("scanned") {
+            break logs;
+        }
+        assert!(Instant::now() < deadline, "spy's log: {logs:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(logs.contains("sees-app"), "{logs}");
+    assert!(
+        !logs.contains(&token),
+        "a container read the node's file: {logs}"
+    );
+    let scanned: usize = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("scanned "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(scanned >= 3, "init, app and spy at least: {logs}");
 
     // Statistics from the runtime (PodAndContainerStatsFromCRI): the summary API and the
     // cAdvisor series.
@@ -309,7 +361,7 @@ async fn kubelet_runs_static_pods_on_crust() {
     assert_ne!(crust_id(&web, "httpd"), httpd);
 
     // Pods removed: kubelet stops them, its garbage collector removes them, nothing is left.
-    for (name, _) in manifests(&e.image) {
+    for (name, _) in manifests(&e.image, &marker) {
         k.remove(name);
     }
     let deadline = Instant::now() + Duration::from_secs(180);

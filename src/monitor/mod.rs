@@ -7,7 +7,7 @@
 //! 1. starts a new session and becomes a child subreaper (the pod's processes are its children);
 //! 2. unshares the pod's namespaces, sets hostname and sysctls, brings `lo` up and pins each
 //!    namespace with a bind mount at the path the config names; with pod-level PID sharing it
-//!    forks a tiny init that is PID 1 of the pod's PID namespace;
+//!    starts a tiny, confined init that is PID 1 of the pod's PID namespace ([`pod_init`]);
 //! 3. writes its pid file and one [`Ready`] JSON line on stdout, then closes stdout;
 //! 4. serves [`Request`]s on `monitor.sock` in the sandbox directory, one JSON line each way.
 //!
@@ -20,6 +20,7 @@ mod exec_seccomp;
 mod interactive;
 mod logs;
 mod oom;
+mod pod_init;
 mod process;
 mod server;
 pub mod session;

@@ -9,7 +9,7 @@ use std::path::Path;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::waitpid;
 use nix::unistd::{Pid, setsid};
 
 use super::{Identity, MonitorConfig, PIDFILE, Ready, SOCKET};
@@ -136,7 +136,7 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
     }
     let mut init_pid = None;
     if let Some(pin) = &pins.pid {
-        let init = step("start pod init", start_init())?;
+        let init = step("start pod init", super::pod_init::start(&config.dir))?;
         pod.init = Some(init);
         init_pid = Some(init.as_raw());
         step(
@@ -186,38 +186,6 @@ fn undo_pins(config: &MonitorConfig) {
     for pin in config.pins.all() {
         let _ = umount2(pin, MntFlags::MNT_DETACH);
         let _ = std::fs::remove_file(pin);
-    }
-}
-
-/// Forks the pod's init: PID 1 of the new PID namespace, which only reaps orphans. It dies
-/// with the monitor (parent-death signal), taking the namespace's processes with it.
-fn start_init() -> std::io::Result<Pid> {
-    // The parent-death signal only covers a monitor that dies after the child set it. The
-    // usual check (getppid() changed) cannot work here: PID 1 of a new namespace always sees
-    // 0. So the child looks at a pidfd of the monitor once the signal is armed.
-    let monitor = sys::pidfd_open(std::process::id() as i32)?;
-    match sys::fork_single_threaded()? {
-        ForkResult::Parent { child } => Ok(child),
-        ForkResult::Child => {
-            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-            if sys::pidfd_exited(&monitor) {
-                sys::exit_now(0);
-            }
-            drop(monitor);
-            sys::detach_inherited_fds();
-            sys::trim_code_pages();
-            // SIGCHLD is blocked (inherited from the monitor): wait for it synchronously.
-            let mut set = SigSet::empty();
-            set.add(Signal::SIGCHLD);
-            loop {
-                while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                    if status == WaitStatus::StillAlive {
-                        break;
-                    }
-                }
-                let _ = set.wait();
-            }
-        }
     }
 }
 

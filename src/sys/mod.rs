@@ -150,6 +150,22 @@ pub fn detach_inherited_fds() {
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
 }
 
+/// In a freshly forked child that is about to exec: marks every descriptor above stderr
+/// close-on-exec, so the program it execs inherits none of the parent's pipes or handles while
+/// the child may still use them until then.
+pub fn cloexec_inherited_fds() {
+    // SAFETY: CLOSE_RANGE_CLOEXEC only sets a flag on descriptors; nothing is closed, so no
+    // Rust value's descriptor becomes invalid.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+}
+
 /// Puts every signal back to its default disposition and unblocks them all: a process forked
 /// from the monitor (which blocks SIGCHLD, and whose Rust runtime ignores SIGPIPE) must not hand
 /// either down to a container, since both survive exec.

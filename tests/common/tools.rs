@@ -1,7 +1,8 @@
 //! Real Kubernetes clients for the tests: crictl (sigs.k8s.io/cri-tools v1.37.0, pinned in
-//! hack/tools and built by hack/build-tools.sh) and a small client-go program
-//! (`tests/fixtures/stream-client`, built once with Go into `target/tools`). Without Go the
-//! tests fail saying so: a skip is never a pass.
+//! hack/tools and built by hack/build-tools.sh), a small client-go program
+//! (`tests/fixtures/stream-client`) and a static probe mounted into containers
+//! (`tests/fixtures/probe`), each built once with Go into `target/tools`. Without Go the tests
+//! fail saying so: a skip is never a pass.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ static GO_BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Builds `package` in the module at `module` into `out`, unless `out` is newer than every
 /// file of the module.
-fn go_build(module: &Path, package: &str, out: &Path) {
+fn go_build(module: &Path, package: &str, out: &Path, env: &[(&str, &str)]) {
     let _one = GO_BUILDS.lock().unwrap_or_else(|p| p.into_inner());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let newest_source = std::fs::read_dir(module)
@@ -36,6 +37,7 @@ fn go_build(module: &Path, package: &str, out: &Path) {
             .args(args)
             .current_dir(module)
             .env("GOFLAGS", "-mod=mod")
+            .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("the streaming tests need Go to build {package}: {e}"));
         assert!(
@@ -86,6 +88,15 @@ fn pinned_tool(tool: &str, binary: &str) -> PathBuf {
 pub fn stream_client() -> PathBuf {
     let out = tools_dir().join("stream-client");
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stream-client");
-    go_build(&module, ".", &out);
+    go_build(&module, ".", &out, &[]);
+    out
+}
+
+/// The static probe of `tests/fixtures/probe` (standard library only, no cgo), for mounting
+/// into a container whose image has no libc.
+pub fn probe() -> PathBuf {
+    let out = tools_dir().join("probe");
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/probe");
+    go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
     out
 }
