@@ -10,6 +10,7 @@ pub mod events;
 pub mod failpoint;
 pub mod image;
 pub mod metrics;
+pub mod model;
 pub mod monitor;
 pub mod network;
 pub mod oci;

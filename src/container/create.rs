@@ -8,11 +8,13 @@ use std::sync::Arc;
 
 use super::prepare::{self, Inputs};
 use super::{
-    ContainerError, ContainerRecord, ContainerSpec, Containers, ImageInfo, Phase, ResolvedUser,
-    blocking, detached, monitor_of, now_nanos, rootfs, teardown,
+    ContainerError, ContainerRecord, Containers, ImageInfo, Phase, blocking, detached, monitor_of,
+    now_nanos, rootfs, teardown,
 };
+use crate::model::NamespaceMode;
+use crate::model::{ContainerSpec, ResolvedUser};
 use crate::monitor::CreateRequest;
-use crate::sandbox::{NamespaceMode, SandboxRecord};
+use crate::sandbox::SandboxRecord;
 
 type Step = (&'static str, ContainerError);
 
@@ -37,7 +39,7 @@ impl Containers {
         if !pod.phase.is_ready() {
             return Err(ContainerError::PodNotReady(pod.id.clone()));
         }
-        let id = crate::sandbox::new_id();
+        let id = crate::model::new_id();
         tracing::Span::current().record("container_id", id.as_str());
         self.reserve(&pod.id, &spec.metadata, &id)?;
         let meta = spec.metadata.clone();

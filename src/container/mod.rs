@@ -51,6 +51,7 @@ pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
 
 use crate::image::Images;
+use crate::model::ContainerMetadata;
 use crate::monitor::{MonitorError, MonitorHandle};
 use crate::sandbox::{CgroupSettings, SandboxError, SandboxRecord, Sandboxes};
 

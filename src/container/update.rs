@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::{ContainerError, Containers, Phase, Resources, detached};
+use super::{ContainerError, Containers, Phase, detached};
+use crate::model::Resources;
 
 impl Containers {
     pub async fn update_resources(

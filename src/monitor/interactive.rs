@@ -131,7 +131,7 @@ fn console(
 ) -> std::io::Result<(Stdio, tokio::net::UnixListener, std::path::PathBuf)> {
     let name = format!(
         "exec-console-{}.sock",
-        crate::sandbox::new_id().get(..16).unwrap_or("0")
+        crate::model::new_id().get(..16).unwrap_or("0")
     );
     let path = dir.join(&name);
     let (_dir, short) = super::short_socket_path(dir, &name)?;

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::container::{ContainerSpec, MountSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
-use crate::sandbox::NamespaceMode;
+use crate::model::NamespaceMode;
+use crate::model::{ContainerSpec, MountSpec, ResolvedUser};
 
 use super::{DeviceNode, HostFeatures, PodView, SeccompProfile, SpecInput};
 

@@ -35,8 +35,8 @@ use std::path::PathBuf;
 
 use oci_spec::runtime::{Linux, Root, Spec};
 
-use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
+use crate::model::{ContainerSpec, ResolvedUser};
 
 pub use process::exec_process;
 pub use resources::{container_resources, pod_resources};
@@ -166,7 +166,7 @@ pub struct SpecInput<'a> {
     /// cgroupfs, `slice:prefix:name` for systemd).
     pub cgroups_path: &'a str,
     /// The request's mounts with host paths resolved (symlinks followed), in request order.
-    pub mounts: &'a [crate::container::MountSpec],
+    pub mounts: &'a [crate::model::MountSpec],
     /// Request devices resolved from the host, plus all host devices when privileged.
     pub devices: &'a [DeviceNode],
     /// The parsed `Localhost` seccomp profile (see [`parse_seccomp_profile`]), when the
@@ -258,8 +258,8 @@ mod tests {
 
     use super::fixture::Fixture;
     use super::*;
-    use crate::container::{MountSpec, Profile, Propagation};
-    use crate::sandbox::NamespaceMode;
+    use crate::model::NamespaceMode;
+    use crate::model::{MountSpec, Profile, Propagation};
 
     #[test]
     fn builds_a_spec_libcontainer_accepts() {

@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 
 use oci_spec::runtime::Mount;
 
-use crate::container::{MountSpec, Propagation};
+use crate::model::{MountSpec, Propagation};
 
 use super::{HostFeatures, HostPropagation, SpecError, SpecInput};
 

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
 
-use crate::sandbox::NamespaceMode;
+use crate::model::NamespaceMode;
 
 use super::{PodView, SpecError};
 

@@ -12,8 +12,8 @@
 
 use oci_spec::runtime::{PosixRlimitBuilder, PosixRlimitType, Process, User};
 
-use crate::container::{ContainerSpec, ResolvedUser};
 use crate::image::RuntimeConfig;
+use crate::model::{ContainerSpec, ResolvedUser};
 
 use super::SpecError;
 use super::security::Security;

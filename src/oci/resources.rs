@@ -15,7 +15,7 @@ use oci_spec::runtime::{
     LinuxResources,
 };
 
-use crate::container::Resources;
+use crate::model::Resources;
 
 use super::{DeviceNode, HostFeatures, SpecError};
 
@@ -357,7 +357,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::container::HugepageLimit;
+    use crate::model::HugepageLimit;
 
     fn v2() -> HostFeatures {
         HostFeatures {

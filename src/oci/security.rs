@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use oci_spec::runtime::{Capability, LinuxCapabilities, LinuxSeccomp};
 
-use crate::container::{Capabilities, Profile, SecurityContext, SelinuxOptions};
+use crate::model::{Capabilities, Profile, SecurityContext, SelinuxOptions};
 
 use super::seccomp::SeccompProfile;
 use super::seccomp_default::default_profile;

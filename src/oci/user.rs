@@ -15,7 +15,7 @@
 //! - the primary gid is always the first supplementary group, so `id -G` and
 //!   `ContainerStatus.user` show it.
 
-use crate::container::{ResolvedUser, SecurityContext, SupplementalGroupsPolicy};
+use crate::model::{ResolvedUser, SecurityContext, SupplementalGroupsPolicy};
 
 use super::SpecError;
 

@@ -335,13 +335,6 @@ async fn detached<T: Send + 'static>(
         })
 }
 
-/// A new sandbox id: 64 hex digits, like containerd's and CRI-O's.
-pub fn new_id() -> String {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).expect("the kernel's random source is available");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::NamespaceMode;
 use crate::monitor::{Identity, NamespacePins};
 use crate::network::{Attachment, CniResult, NetworkList};
 
@@ -16,21 +17,6 @@ pub struct PodMetadata {
     pub uid: String,
     pub namespace: String,
     pub attempt: u32,
-}
-
-/// Where a pod gets a namespace of one kind from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NamespaceMode {
-    /// Its own, shared by its containers.
-    #[default]
-    Pod,
-    /// One per container (PID only).
-    Container,
-    /// The host's.
-    Node,
-    /// Another container's (containers only; not valid for a pod).
-    Target,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

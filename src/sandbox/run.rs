@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use super::model::{NamespaceMode, NetworkState, Phase, SandboxRecord, SandboxSpec};
+use super::model::{NetworkState, Phase, SandboxRecord, SandboxSpec};
 use super::teardown::Timed;
 use super::{
-    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files, new_id, now_nanos,
-    teardown, validate,
+    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files, now_nanos, teardown,
+    validate,
 };
+use crate::model::{NamespaceMode, new_id};
 use crate::monitor::{self, MonitorConfig, NamespacePins};
 use crate::network::{Attachment, PortMapping};
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::{SandboxError, Sandboxes};
 use crate::config::CgroupDriver;
-use crate::container::Resources;
+use crate::model::Resources;
 
 impl Sandboxes {
     pub async fn update_resources(

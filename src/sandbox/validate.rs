@@ -4,7 +4,8 @@
 
 use std::net::IpAddr;
 
-use super::model::{NamespaceMode, SandboxSpec};
+use super::model::SandboxSpec;
+use crate::model::NamespaceMode;
 
 /// Longest name, uid or namespace accepted (a Kubernetes DNS subdomain's limit).
 pub const MAX_NAME_LEN: usize = 253;

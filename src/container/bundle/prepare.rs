@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::Spec;
 
-use crate::container::{
-    ContainerContext, ContainerError, ContainerSpec, MountSpec, Propagation, ResolvedUser,
-};
+use crate::container::{ContainerContext, ContainerError};
 use crate::image::ImageUse;
+use crate::model::NamespaceMode;
+use crate::model::{ContainerSpec, MountSpec, Propagation, ResolvedUser};
 use crate::oci::{self, DeviceNode, PodView, SpecInput};
-use crate::sandbox::{NamespaceMode, SandboxRecord};
+use crate::sandbox::SandboxRecord;
 
 /// The most of an image's /etc/passwd or /etc/group crust reads.
 const MAX_ACCOUNT_FILE: u64 = 4 << 20;
@@ -60,7 +60,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     }
     let devices = resolve_devices(spec)?;
     let seccomp = match &spec.security.seccomp {
-        Some(crate::container::Profile::Localhost(path)) => Some(load_seccomp(path)?),
+        Some(crate::model::Profile::Localhost(path)) => Some(load_seccomp(path)?),
         _ => None,
     };
     let pod = pod_view(inputs.pod, inputs.target_pid_ns.clone());

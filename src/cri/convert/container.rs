@@ -3,14 +3,14 @@
 
 use tonic::Status;
 
-use crate::container::{
-    Capabilities, ContainerFilter, ContainerMetadata, ContainerRecord, ContainerSpec, DeviceSpec,
-    HugepageLimit, MountSpec, Phase, Profile, Propagation, Resources, SecurityContext,
-    SelinuxOptions, SupplementalGroupsPolicy,
-};
+use crate::container::{ContainerFilter, ContainerRecord, Phase};
 use crate::cri::pb;
 use crate::cri::status::invalid;
-use crate::sandbox::NamespaceMode;
+use crate::model::NamespaceMode;
+use crate::model::{
+    Capabilities, ContainerMetadata, ContainerSpec, DeviceSpec, HugepageLimit, MountSpec, Profile,
+    Propagation, Resources, SecurityContext, SelinuxOptions, SupplementalGroupsPolicy,
+};
 
 pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSpec, Status> {
     let config = config.ok_or_else(|| invalid("config is required"))?;

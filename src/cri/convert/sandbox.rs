@@ -5,9 +5,9 @@ use tonic::Status;
 
 use crate::cri::pb;
 use crate::cri::status::invalid;
+use crate::model::NamespaceMode;
 use crate::sandbox::{
-    DnsConfig, NamespaceMode, NamespaceModes, PodMetadata, PortMapping, Protocol, SandboxSpec,
-    SandboxView,
+    DnsConfig, NamespaceModes, PodMetadata, PortMapping, Protocol, SandboxSpec, SandboxView,
 };
 
 pub fn sandbox_spec(
