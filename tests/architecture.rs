@@ -1,5 +1,10 @@
 //! The shape STYLE.md asks for, checked: protobuf types stay in the gRPC adapters, `unsafe`
-//! stays in `src/sys`, and every place that makes a process a container could see is named.
+//! stays in `src/sys`, every place that makes a process a container could see is named, and
+//! imports run one way: between the top-level rooms of `src/` (no circle, however long), and
+//! between the files of each room (STYLE.md's point 13: a pair of files that need each other
+//! is one file, or a third holds what both use). Imports are read from the code itself:
+//! `use` trees and inline `crate::`/`super::`/`self::` paths, resolved to the modules that
+//! exist.
 
 use std::path::{Path, PathBuf};
 
@@ -97,4 +102,235 @@ fn every_place_that_makes_a_process_for_a_pod_is_named() {
         found, listed,
         "files that make processes or enter namespaces, against PROCESS_MAKERS"
     );
+}
+
+/// The module path of a source file: `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Code without its comments (from `//` to the end of a line), so that paths named in docs
+/// are not taken for imports.
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Expands a `use` tree (`a::{b, c::{d, e}}`, no spaces) into its paths.
+fn expand_use(tree: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    let mut depth = 0;
+    let mut start = 0;
+    let mut items = Vec::new();
+    for (i, ch) in tree.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&tree[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&tree[start..]);
+    for item in items.into_iter().filter(|i| !i.is_empty()) {
+        let mut path = prefix.to_vec();
+        match item.find('{') {
+            Some(open) => {
+                path.extend(segments(&item[..open]));
+                let close = item.rfind('}').unwrap_or(item.len());
+                expand_use(&item[open + 1..close], &path, out);
+            }
+            None => {
+                path.extend(segments(item.split(" as ").next().unwrap_or(item)));
+                out.push(path);
+            }
+        }
+    }
+}
+
+fn segments(s: &str) -> impl Iterator<Item = String> + '_ {
+    s.split("::").filter(|p| !p.is_empty()).map(str::to_owned)
+}
+
+/// A `use` tree with no whitespace but the spaces around `as`.
+fn tidy_use(tree: &str) -> String {
+    let words: Vec<&str> = tree.split_whitespace().collect();
+    let mut out = words.join(" ");
+    for sep in ["{", "}", ",", "::"] {
+        out = out
+            .replace(&format!(" {sep}"), sep)
+            .replace(&format!("{sep} "), sep);
+    }
+    out
+}
+
+/// Every `crate::`, `super::` and `self::` path a file names, in `use` items or inline.
+fn paths_named(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("use ") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + 4..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(end) = rest.find(';') else { break };
+        expand_use(&tidy_use(&rest[..end]), &[], &mut out);
+    }
+    let bytes = code.as_bytes();
+    for start in ["crate::", "super::", "self::"] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(start) {
+            let at = from + i;
+            from = at + start.len();
+            if at > 0
+                && (bytes[at - 1].is_ascii_alphanumeric()
+                    || bytes[at - 1] == b'_'
+                    || bytes[at - 1] == b':')
+            {
+                continue;
+            }
+            let end = code[at..]
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .map_or(code.len(), |e| at + e);
+            out.push(segments(&code[at..end]).collect());
+        }
+    }
+    out
+}
+
+/// The module each module of src/ imports, resolved to the modules that exist.
+fn module_graph() -> std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>
+{
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    // The binaries speak to the library as `crust::`; they are not rooms.
+    files.retain(|f| !f.starts_with(src.join("bin")) && f != &src.join("main.rs"));
+    let modules: std::collections::BTreeSet<Vec<String>> =
+        files.iter().map(|f| module_of(&src, f)).collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for file in &files {
+        let here = module_of(&src, file);
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let mut uses = std::collections::BTreeSet::new();
+        for path in paths_named(&code) {
+            let mut abs = match path.first().map(String::as_str) {
+                Some("crate") => path[1..].to_vec(),
+                Some("super") => {
+                    let ups = path.iter().take_while(|p| *p == "super").count();
+                    let mut base = here.clone();
+                    base.truncate(base.len().saturating_sub(ups));
+                    base.extend_from_slice(&path[ups..]);
+                    base
+                }
+                Some("self") => [here.clone(), path[1..].to_vec()].concat(),
+                _ => continue,
+            };
+            while !abs.is_empty() && !modules.contains(&abs) {
+                abs.pop();
+            }
+            if !abs.is_empty() && abs != here {
+                uses.insert(abs);
+            }
+        }
+        graph.insert(here, uses);
+    }
+    graph
+}
+
+/// A circle in `graph`, if there is one, as the nodes around it.
+fn circle<N: Ord + Clone>(
+    graph: &std::collections::BTreeMap<N, std::collections::BTreeSet<N>>,
+) -> Option<Vec<N>> {
+    fn visit<N: Ord + Clone>(
+        n: &N,
+        graph: &std::collections::BTreeMap<N, std::collections::BTreeSet<N>>,
+        path: &mut Vec<N>,
+        done: &mut std::collections::BTreeSet<N>,
+    ) -> Option<Vec<N>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            return Some(path[i..].to_vec());
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.clone());
+        for next in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.clone());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn top_level_rooms_import_each_other_one_way() {
+    let mut rooms: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (from, to) in module_graph() {
+        let Some(room) = from.first() else { continue };
+        for other in to.iter().filter_map(|t| t.first()) {
+            if other != room {
+                rooms.entry(room.clone()).or_default().insert(other.clone());
+            }
+        }
+    }
+    // The graph is real: the adapters stand over the rooms they call.
+    assert!(rooms["cri"].contains("container") && rooms["container"].contains("sandbox"));
+    assert_eq!(
+        circle(&rooms),
+        None,
+        "top-level rooms of src/ in a circle: {rooms:#?}"
+    );
+}
+
+#[test]
+fn files_of_a_room_import_each_other_one_way() {
+    let graph = module_graph();
+    let mut parents: std::collections::BTreeSet<Vec<String>> = Default::default();
+    for m in graph.keys() {
+        parents.insert(m[..m.len().saturating_sub(1)].to_vec());
+    }
+    for parent in parents {
+        // The siblings under `parent`, and which of them each one names.
+        let mut siblings: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+            Default::default();
+        for (from, to) in &graph {
+            if from.len() != parent.len() + 1 || !from.starts_with(&parent) {
+                continue;
+            }
+            let uses = to
+                .iter()
+                .filter(|t| t.len() > parent.len() && t.starts_with(&parent))
+                .map(|t| t[parent.len()].clone())
+                .filter(|t| *t != from[parent.len()])
+                .collect();
+            siblings.insert(from[parent.len()].clone(), uses);
+        }
+        let found = circle(&siblings);
+        assert!(
+            found.is_none(),
+            "modules of crate::{} import each other around a circle: {found:?}",
+            parent.join("::")
+        );
+    }
 }

@@ -9,9 +9,9 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use super::convert;
 use super::pb::{self, runtime_service_server::RuntimeService};
 use super::status::{self, unimplemented};
-use super::{convert, stats};
 use crate::config::CgroupDriver;
 use crate::container::Containers;
 use crate::network::Cni;
@@ -426,7 +426,7 @@ impl RuntimeService for RuntimeServer {
         &self,
         _: Request<pb::ListMetricDescriptorsRequest>,
     ) -> Result<Response<pb::ListMetricDescriptorsResponse>, Status> {
-        Ok(Response::new(stats::metric_descriptors()))
+        Ok(Response::new(convert::metric_descriptors()))
     }
 
     async fn list_pod_sandbox_metrics(

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
-use super::server::{Monitor, err};
+use super::state::{Monitor, err, failed_as_logged};
 use super::worker::{self, Job, Outcome, Stdio};
 use super::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
 
@@ -56,7 +56,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         Outcome::Pid(pid) => Pid::from_raw(pid),
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
-            return super::workloads::failed_as_logged(fault, error, &logged);
+            return failed_as_logged(fault, error, &logged);
         }
     };
     let exited = monitor.watch(pid, since);

@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::server::{Monitor, err};
+use super::state::{Monitor, err, failed_as_logged};
 use super::worker::{self, Job, Outcome, Stdio};
 use super::{ExecStreamRequest, Fault, RUNTIME_LOG, Reply, frame};
 
@@ -65,10 +65,8 @@ pub async fn exec(
     drop(monitor.watch(spawned.pid, since));
     let (outcome, fds) = match ours {
         Theirs::Console(listener) => {
-            let (outcome, master) = tokio::join!(
-                spawned.outcome(),
-                super::workloads::receive_console(Some(listener))
-            );
+            let (outcome, master) =
+                tokio::join!(spawned.outcome(), worker::receive_console(Some(listener)));
             (outcome, master.into_iter().collect::<Vec<_>>())
         }
         Theirs::Pipes(fds) => (spawned.outcome().await, fds),
@@ -80,7 +78,7 @@ pub async fn exec(
         Outcome::Pid(pid) => Pid::from_raw(pid),
         Outcome::Failed { fault, error } => {
             let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
-            let reply = super::workloads::failed_as_logged(fault, error, &logged);
+            let reply = failed_as_logged(fault, error, &logged);
             return send(&mut write, &reply, &[]).await;
         }
     };

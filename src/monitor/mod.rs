@@ -24,7 +24,9 @@ mod pod_init;
 mod process;
 mod server;
 pub mod session;
+mod state;
 mod worker;
+mod workload;
 mod workloads;
 
 use std::path::{Path, PathBuf};

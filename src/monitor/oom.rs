@@ -49,7 +49,7 @@ impl OomWatch {
         inotify::add_watch(&fd, &events, inotify::WatchFlags::MODIFY).ok()?;
         let afd = crate::sys::async_fd(fd).ok()?;
         let parent = dir.parent().map(|p| p.join("memory.events")).and_then(|p| {
-            let count = oom_kill_count(&p)?;
+            let count = events_kill_count(&p)?;
             Some((p, count, attributed))
         });
         let seen = Rc::new(Cell::new(0));
@@ -57,7 +57,7 @@ impl OomWatch {
         let task = tokio::task::spawn_local(async move {
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 512];
             loop {
-                match oom_kill_count(&path) {
+                match events_kill_count(&path) {
                     Some(n) => count.set(count.get().max(n)),
                     // The cgroup is gone: nothing more will be counted.
                     None => return,
@@ -82,7 +82,7 @@ impl OomWatch {
     /// there or was read after a kill; else, for a container killed by SIGKILL, the parent's
     /// new kills no other container of the pod was given (`attributed`: the pod's count now).
     pub fn kills_at_exit(&self, sigkill: bool, attributed: u64) -> u64 {
-        let own = oom_kill_count(&self.events);
+        let own = events_kill_count(&self.events);
         let seen = self.seen.get().max(own.unwrap_or(0));
         if seen > 0 || own.is_some() || !sigkill {
             return seen;
@@ -90,7 +90,7 @@ impl OomWatch {
         let Some((path, before, given_before)) = &self.parent else {
             return 0;
         };
-        let now = oom_kill_count(path).unwrap_or(*before);
+        let now = events_kill_count(path).unwrap_or(*before);
         let others = attributed.saturating_sub(*given_before);
         now.saturating_sub(*before).saturating_sub(others).min(1)
     }
@@ -103,9 +103,27 @@ impl Drop for OomWatch {
 }
 
 /// The `oom_kill` count of a `memory.events` file; None when it cannot be read.
-fn oom_kill_count(events: &Path) -> Option<u64> {
+fn events_kill_count(events: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(events).ok()?;
-    Some(super::workloads::oom_kill_count(&text))
+    Some(oom_kill_count(&text))
+}
+
+/// Whether the kernel's OOM killer killed a process of the memory cgroup `dir`: the
+/// `oom_kill` counter of `memory.events` (cgroup v2) or `memory.oom_control` (v1).
+pub fn oom_kills(dir: &Path) -> bool {
+    ["memory.events", "memory.oom_control"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .any(|text| oom_kill_count(&text) > 0)
+}
+
+/// The `oom_kill` line of `memory.events` (v2) or `memory.oom_control` (v1); 0 without one.
+fn oom_kill_count(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == "oom_kill")
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::waitpid;
 use nix::unistd::{Pid, setsid};
 
+use super::state::log;
 use super::{Identity, MonitorConfig, PIDFILE, Ready, SOCKET};
 use crate::sys::{self, ForkResult};
 
@@ -208,12 +209,4 @@ fn report_failure(step: &str, error: &str) -> i32 {
         error: error.to_owned(),
     });
     1
-}
-
-/// Log lines go to stderr, which the daemon points at `monitor.log` in the sandbox directory.
-pub(super) fn log(msg: &str) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    eprintln!("{}.{:03} {msg}", now.as_secs(), now.subsec_millis());
 }

@@ -2,63 +2,30 @@
 //! the monitor forks runtime workers, and a fork is sound only while no other thread exists,
 //! so nothing here may start one (no `spawn_blocking`, no `tokio::fs`); `worker::spawn`
 //! checks. Tasks: one per control connection, one reaper reading SIGCHLD from a signalfd, one
-//! log relay per container output, and one writer per subscriber.
-//!
-//! Children: every process the monitor reaps is looked up in `Children`. A container's
-//! process belongs to a workload; an exec's process or a worker has a waiter. A process can be
-//! reaped before its owner is known (an exec that ends before its worker's answer is read):
-//! its status waits in `unclaimed`, stamped with the reap sequence, and is claimed only by an
-//! owner that started after it, so a stale status of a reused pid is never taken.
+//! log relay per container output, and one writer per subscriber. This file reads requests
+//! and dispatches them to their handlers (`workloads.rs`, `exec.rs`, `interactive.rs`); the
+//! state they share is `state.rs`.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::workloads::{self, Workload};
-use super::{Event, Fault, Identity, MonitorConfig, Reply, Request, SOCKET};
+use super::state::{Monitor, err, log};
+use super::workload::Workload;
+use super::workloads;
+use super::{Fault, Identity, MonitorConfig, Reply, Request, SOCKET};
 
 /// The longest request line the monitor reads (an exec carries a whole OCI process).
 const MAX_REQUEST: usize = 1 << 20;
 /// Events a subscriber may fall behind by before it is cut off.
 const SUBSCRIBER_BACKLOG: usize = 1024;
-/// Reap statuses kept for owners not known yet.
-const MAX_UNCLAIMED: usize = 1024;
-
-/// The monitor's state, shared by its tasks (all on one thread).
-pub struct Monitor {
-    pub config: MonitorConfig,
-    pub identity: Identity,
-    pod_init: Cell<Option<Pid>>,
-    pub workloads: RefCell<BTreeMap<String, Workload>>,
-    children: RefCell<Children>,
-    subscribers: RefCell<Vec<mpsc::Sender<Rc<str>>>>,
-    stop: Notify,
-    /// OOM kills put down to this pod's containers so far (see `oom`): what the pod's
-    /// hierarchical count holds besides a container whose own count vanished.
-    pub oom_kills: Cell<u64>,
-}
-
-#[derive(Default)]
-struct Children {
-    owners: HashMap<i32, Owner>,
-    unclaimed: HashMap<i32, (u64, WaitStatus)>,
-    /// Bumped on every reap.
-    seq: u64,
-}
-
-enum Owner {
-    Container(String),
-    Waiter(oneshot::Sender<WaitStatus>),
-}
 
 /// Runs the serving loop until a Shutdown request; returns the process exit code.
 pub fn run(
@@ -74,20 +41,11 @@ pub fn run(
     {
         Ok(r) => r,
         Err(e) => {
-            super::process::log(&format!("starting the event loop: {e}"));
+            log(&format!("starting the event loop: {e}"));
             return 1;
         }
     };
-    let monitor = Rc::new(Monitor {
-        config,
-        identity,
-        pod_init: Cell::new(pod_init),
-        workloads: RefCell::new(BTreeMap::new()),
-        children: RefCell::default(),
-        subscribers: RefCell::default(),
-        stop: Notify::new(),
-        oom_kills: Cell::new(0),
-    });
+    let monitor = Rc::new(Monitor::new(config, identity, pod_init));
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, serve(monitor, listener))
 }
@@ -99,12 +57,12 @@ async fn serve(monitor: Rc<Monitor>, listener: std::os::unix::net::UnixListener)
     {
         Ok(l) => l,
         Err(e) => {
-            super::process::log(&format!("control socket: {e}"));
+            log(&format!("control socket: {e}"));
             return 1;
         }
     };
     if let Err(e) = start_reaper(monitor.clone()) {
-        super::process::log(&format!("reaper: {e}"));
+        log(&format!("reaper: {e}"));
         return 1;
     }
     loop {
@@ -125,7 +83,7 @@ fn start_reaper(monitor: Rc<Monitor>) -> std::io::Result<()> {
     let fd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
     let fd = crate::sys::async_fd(fd)?;
     // Exits that happened before the signalfd existed are reaped now.
-    monitor.reap();
+    reap(&monitor);
     tokio::task::spawn_local(async move {
         loop {
             let Ok(mut ready) = fd.readable().await else {
@@ -133,134 +91,37 @@ fn start_reaper(monitor: Rc<Monitor>) -> std::io::Result<()> {
             };
             while let Ok(Some(_)) = fd.get_ref().read_signal() {}
             ready.clear_ready();
-            monitor.reap();
+            reap(&monitor);
         }
     });
     Ok(())
 }
 
-impl Monitor {
-    fn reap(&self) {
-        while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-            let Some(pid) = status.pid() else { break };
-            self.exited(pid, status);
-        }
+/// Reaps what exited and records the exits of containers' processes.
+fn reap(monitor: &Monitor) {
+    for (id, status) in monitor.reap() {
+        workloads::process_exited(monitor, &id, status);
     }
+}
 
-    fn exited(&self, pid: Pid, status: WaitStatus) {
-        if self.pod_init.get() == Some(pid) {
-            super::process::log(&format!("pod init {pid} exited: {status:?}"));
-            self.pod_init.set(None);
-            return;
-        }
-        let owner = {
-            let mut children = self.children.borrow_mut();
-            children.seq += 1;
-            let owner = children.owners.remove(&pid.as_raw());
-            if owner.is_none() {
-                let seq = children.seq;
-                children.unclaimed.insert(pid.as_raw(), (seq, status));
-                if children.unclaimed.len() > MAX_UNCLAIMED {
-                    let oldest = children.unclaimed.iter().min_by_key(|(_, (s, _))| *s);
-                    if let Some(&k) = oldest.map(|(k, _)| k) {
-                        children.unclaimed.remove(&k);
-                    }
-                }
-            }
-            owner
-        };
-        match owner {
-            Some(Owner::Container(id)) => workloads::process_exited(self, &id, status),
-            Some(Owner::Waiter(tx)) => {
-                let _ = tx.send(status);
-            }
-            None => {}
-        }
+/// Kills the pod's processes (containers first, recording their exits), then its init.
+async fn shutdown(monitor: &Monitor) {
+    let ids: Vec<String> = monitor.workloads.borrow().keys().cloned().collect();
+    for id in &ids {
+        workloads::kill(monitor, id, Signal::SIGKILL, true);
     }
-
-    /// The current reap sequence: an owner registered later claims only exits reaped after it.
-    pub fn reap_seq(&self) -> u64 {
-        self.children.borrow().seq
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while monitor.workloads.borrow().values().any(Workload::is_alive)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-
-    /// Claims `pid` for a waiter started at reap sequence `since`.
-    pub fn watch(&self, pid: Pid, since: u64) -> oneshot::Receiver<WaitStatus> {
-        let (tx, rx) = oneshot::channel();
-        match self.take_unclaimed(pid, since) {
-            Some(status) => {
-                let _ = tx.send(status);
-            }
-            None => {
-                self.children
-                    .borrow_mut()
-                    .owners
-                    .insert(pid.as_raw(), Owner::Waiter(tx));
-            }
-        }
-        rx
+    if let Some(init) = monitor.take_pod_init() {
+        let _ = nix::sys::signal::kill(init, Signal::SIGKILL);
+        let _ = waitpid(init, None);
     }
-
-    /// Claims `pid` as container `id`'s process; returns its status if it already exited.
-    pub fn adopt(&self, pid: Pid, since: u64, id: &str) -> Option<WaitStatus> {
-        let status = self.take_unclaimed(pid, since);
-        if status.is_none() {
-            self.children
-                .borrow_mut()
-                .owners
-                .insert(pid.as_raw(), Owner::Container(id.to_owned()));
-        }
-        status
-    }
-
-    pub fn disown(&self, pid: Pid) {
-        self.children.borrow_mut().owners.remove(&pid.as_raw());
-    }
-
-    fn take_unclaimed(&self, pid: Pid, since: u64) -> Option<WaitStatus> {
-        let mut children = self.children.borrow_mut();
-        match children.unclaimed.remove(&pid.as_raw()) {
-            Some((seq, status)) if seq > since => Some(status),
-            _ => None,
-        }
-    }
-
-    /// Sends `event` to every subscriber; one that fell too far behind is cut off.
-    pub fn publish(&self, event: &Event) {
-        let line: Rc<str> = match serde_json::to_string(event) {
-            Ok(l) => format!("{l}\n").into(),
-            Err(_) => return,
-        };
-        self.subscribers
-            .borrow_mut()
-            .retain(|s| match s.try_send(line.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    super::process::log("a subscriber fell behind; cutting it off");
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-    }
-
-    /// Kills the pod's processes (containers first, recording their exits), then its init.
-    async fn shutdown(&self) {
-        let ids: Vec<String> = self.workloads.borrow().keys().cloned().collect();
-        for id in &ids {
-            workloads::kill(self, id, Signal::SIGKILL, true);
-        }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while self.workloads.borrow().values().any(Workload::is_alive)
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if let Some(init) = self.pod_init.take() {
-            let _ = nix::sys::signal::kill(init, Signal::SIGKILL);
-            let _ = waitpid(init, None);
-        }
-        let _ = std::fs::remove_file(self.config.dir.join(SOCKET));
-        super::process::log("shutdown requested");
-    }
+    let _ = std::fs::remove_file(monitor.config.dir.join(SOCKET));
+    log("shutdown requested");
 }
 
 async fn connection(monitor: Rc<Monitor>, stream: UnixStream) {
@@ -307,7 +168,7 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
     match request {
         Request::Ping => ok(),
         Request::Shutdown => {
-            monitor.shutdown().await;
+            shutdown(monitor).await;
             ok()
         }
         Request::Create(req) => workloads::create(monitor, *req).await,
@@ -335,7 +196,7 @@ async fn subscribe(monitor: &Rc<Monitor>, mut write: tokio::net::unix::OwnedWrit
             .map(|(id, w)| w.state(id))
             .collect(),
     };
-    monitor.subscribers.borrow_mut().push(tx);
+    monitor.subscribe(tx);
     if write.write_all(&encode(&snapshot)).await.is_err() {
         return;
     }
@@ -346,19 +207,8 @@ async fn subscribe(monitor: &Rc<Monitor>, mut write: tokio::net::unix::OwnedWrit
     }
 }
 
-pub fn err(fault: Fault, error: String) -> Reply {
-    Reply::Err { fault, error }
-}
-
 fn encode(reply: &Reply) -> Vec<u8> {
     let mut out = serde_json::to_vec(reply).unwrap_or_default();
     out.push(b'\n');
     out
-}
-
-pub fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_default()
 }

@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
@@ -111,6 +112,17 @@ impl Spawned {
             },
         }
     }
+}
+
+/// Accepts the container init's connection on the console socket and takes the tty master
+/// it sends.
+pub async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Option<OwnedFd> {
+    let listener = listener?;
+    let accepted = tokio::time::timeout(Duration::from_secs(30), listener.accept()).await;
+    let (stream, _) = accepted.ok()?.ok()?;
+    let stream = stream.into_std().ok()?;
+    stream.set_nonblocking(false).ok()?;
+    sys::receive_fd(&stream).ok()
 }
 
 fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {

@@ -13,56 +13,11 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::logs::{self, LogFile, Relay, Stream};
-use super::oom::OomWatch;
-use super::server::{Monitor, err, now_nanos};
+use super::oom::{OomWatch, oom_kills};
+use super::state::{Monitor, err, failed_as_logged, log, now_nanos};
 use super::worker::{self, Job, Outcome, Stdio};
-use super::{ContainerState, CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
-
-/// One container of the pod.
-pub struct Workload {
-    req: CreateRequest,
-    /// The container's main process until it is reaped.
-    pid: Option<Pid>,
-    started_at: Option<i64>,
-    exit: Option<ExitInfo>,
-    log: Rc<RefCell<LogFile>>,
-    relays: Vec<Rc<RefCell<Relay>>>,
-    /// Clients attached to the container's output.
-    pub attachers: logs::Attachers,
-    /// The container's stdin write end (or a copy of its tty master), kept open so its stdin
-    /// stays open until an attacher with `stdin_once` detaches.
-    pub stdin: Option<OwnedFd>,
-    /// Its OOM kills as they are counted (cgroup v2), until its exit is recorded.
-    oom: Option<OomWatch>,
-}
-
-impl Workload {
-    pub fn is_alive(&self) -> bool {
-        self.pid.is_some()
-    }
-
-    /// crust's directory for the container (exit record, runtime log).
-    pub fn dir(&self) -> &Path {
-        &self.req.dir
-    }
-
-    pub fn tty(&self) -> bool {
-        self.req.tty
-    }
-
-    pub fn stdin_once(&self) -> bool {
-        self.req.stdin_once
-    }
-
-    pub fn state(&self, id: &str) -> ContainerState {
-        ContainerState {
-            id: id.to_owned(),
-            pid: self.pid.map(Pid::as_raw),
-            started_at: self.started_at,
-            exit: self.exit.clone(),
-        }
-    }
-}
+use super::workload::Workload;
+use super::{CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
 
 /// What the monitor keeps of the container's standard streams.
 struct Ours {
@@ -96,7 +51,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
     };
     // Reaped like any child; nothing waits for its status.
     drop(monitor.watch(spawned.pid, since));
-    let (outcome, console) = tokio::join!(spawned.outcome(), receive_console(ours.console));
+    let (outcome, console) = tokio::join!(spawned.outcome(), worker::receive_console(ours.console));
     let pid = match outcome {
         Outcome::Pid(pid) => {
             crate::failpoint!("monitor.create.after_libcontainer");
@@ -197,17 +152,6 @@ fn standard_streams(req: &CreateRequest) -> std::io::Result<(Stdio, Ours, Option
         console: None,
     };
     Ok((theirs, ours, None))
-}
-
-/// Accepts the container init's connection on the console socket and takes the tty master
-/// it sends.
-pub async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Option<OwnedFd> {
-    let listener = listener?;
-    let accepted = tokio::time::timeout(Duration::from_secs(30), listener.accept()).await;
-    let (stream, _) = accepted.ok()?.ok()?;
-    let stream = stream.into_std().ok()?;
-    stream.set_nonblocking(false).ok()?;
-    crate::sys::receive_fd(&stream).ok()
 }
 
 fn relay_outputs(
@@ -389,7 +333,7 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         };
         let path = w.req.dir.join(EXIT_FILE);
         if let Err(e) = crate::store::save(&path, &exit) {
-            super::process::log(&format!("recording the exit of {id}: {e}"));
+            log(&format!("recording the exit of {id}: {e}"));
         }
         w.exit = Some(exit.clone());
         (exit, w.started_at.is_some())
@@ -399,38 +343,6 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         exit,
         started,
     });
-}
-
-/// Whether the kernel's OOM killer killed a process of the memory cgroup `dir`: the
-/// `oom_kill` counter of `memory.events` (cgroup v2) or `memory.oom_control` (v1).
-fn oom_kills(dir: &Path) -> bool {
-    ["memory.events", "memory.oom_control"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
-        .any(|text| oom_kill_count(&text) > 0)
-}
-
-pub(super) fn oom_kill_count(text: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| *k == "oom_kill")
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The error reply for a failed runtime call: the worker's error, followed by what the
-/// runtime logged when that says more. The container's init logs its own failures (a full
-/// disk while it prepares the root, say), which the worker's answer only summarises, so the
-/// log may say better whose fault it was.
-pub fn failed_as_logged(fault: Fault, error: String, logged: &str) -> Reply {
-    if logged.is_empty() || error.contains(logged) {
-        return err(fault, error);
-    }
-    let fault = match fault {
-        Fault::Failed => worker::classify(logged),
-        known => known,
-    };
-    err(fault, format!("{error} (runtime log: {logged})"))
 }
 
 fn not_found(id: &str) -> Reply {
@@ -445,18 +357,4 @@ fn failed(step: &str, path: Option<&Path>, e: std::io::Error) -> Reply {
         .map(|p| format!(" {}", p.display()))
         .unwrap_or_default();
     err(Fault::Failed, format!("failed to {step}{at}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn oom_kill_counters_of_both_hierarchies() {
-        let v2 = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n";
-        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
-        assert_eq!(oom_kill_count(v2), 1);
-        assert_eq!(oom_kill_count(v1), 2);
-        assert_eq!(oom_kill_count("oom_kill_disable 0\nunder_oom 0\n"), 0);
-    }
 }

@@ -17,6 +17,7 @@
 //! sysctls are not repeated in the spec: the pod's monitor set them in the namespaces the
 //! container joins.
 
+mod capabilities;
 mod mounts;
 mod namespaces;
 mod process;
@@ -38,10 +39,10 @@ use oci_spec::runtime::{Linux, Root, Spec};
 use crate::image::RuntimeConfig;
 use crate::model::{ContainerSpec, ResolvedUser};
 
+pub use capabilities::parse_capability;
 pub use process::exec_process;
 pub use resources::{container_resources, pod_resources};
 pub use seccomp::{SeccompProfile, parse_seccomp_profile};
-pub use security::parse_capability;
 pub use signal::{parse_signal, stop_signal};
 pub use user::{AccountFiles, resolve_user};
 

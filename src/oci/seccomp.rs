@@ -19,7 +19,7 @@ use oci_spec::runtime::{
 use serde::Deserialize;
 
 use super::SpecError;
-use super::security::parse_capability;
+use super::capabilities::parse_capability;
 
 /// A parsed node profile, not yet specialised to a container's capabilities.
 #[derive(Debug, Clone, PartialEq)]

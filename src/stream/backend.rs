@@ -24,10 +24,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
-
-pub use super::remotecommand::TerminalSize;
 
 /// Bytes from the client.
 pub type Input = Box<dyn AsyncRead + Send + Unpin>;
@@ -82,4 +81,13 @@ pub trait StreamBackend: Send + Sync + 'static {
     fn exec(&self, req: ExecRequest, io: StreamIo) -> BackendFuture<i32>;
     /// Joins the container's stdio until it exits or its output ends.
     fn attach(&self, req: AttachRequest, io: StreamIo) -> BackendFuture<()>;
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct TerminalSize {
+    #[serde(rename = "Width", alias = "width")]
+    pub width: u16,
+    #[serde(rename = "Height", alias = "height")]
+    pub height: u16,
 }

@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, DuplexStream};
 use tokio::sync::mpsc;
 
-pub use resize::{ResizeDecoder, ResizeError, TerminalSize};
+pub use super::backend::TerminalSize;
+pub use resize::{ResizeDecoder, ResizeError};
 pub use status::{Outcome, error_stream_payload, status_json};
 
 use super::backend::{AttachRequest, ExecRequest, StreamBackend, StreamIo};

@@ -2,18 +2,9 @@
 //! another on the resize stream or channel, split across frames however its writes fell.
 //! Pure: bytes in, sizes out, at most `MAX_PENDING` bytes kept for an unfinished object.
 
-use serde::Deserialize;
+use crate::stream::backend::TerminalSize;
 
 const MAX_PENDING: usize = 4096;
-
-/// A terminal's size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct TerminalSize {
-    #[serde(rename = "Width", alias = "width")]
-    pub width: u16,
-    #[serde(rename = "Height", alias = "height")]
-    pub height: u16,
-}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ResizeError {

@@ -39,6 +39,8 @@ pub const FLAG_FIN: u8 = 0x01;
 /// Flag of SYN_STREAM: the stream carries data towards its receiver only.
 pub const FLAG_UNIDIRECTIONAL: u8 = 0x02;
 
+pub use super::limits::Limits;
+
 const KIND_SYN_STREAM: u16 = 1;
 const KIND_SYN_REPLY: u16 = 2;
 const KIND_RST_STREAM: u16 = 3;
@@ -47,31 +49,6 @@ const KIND_PING: u16 = 6;
 const KIND_GOAWAY: u16 = 7;
 const KIND_HEADERS: u16 = 8;
 const KIND_WINDOW_UPDATE: u16 = 9;
-
-/// What this end accepts from a peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Payload of one DATA frame. Go's framer sends each write as one frame (32 KiB from
-    /// `io.Copy`); anything past this is refused, not buffered.
-    pub max_data_payload: usize,
-    /// Payload of one control frame (a compressed header block at most).
-    pub max_control_payload: usize,
-    /// A header block once decompressed.
-    pub max_header_block: usize,
-    /// Entries of one header block.
-    pub max_header_count: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_data_payload: 1 << 20,
-            max_control_payload: 64 * 1024,
-            max_header_block: 64 * 1024,
-            max_header_count: 128,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {

@@ -12,7 +12,7 @@ mod zlib;
 pub use dictionary::{DICTIONARY, DICTIONARY_ID};
 pub use zlib::{HeaderDecoder, HeaderEncoder};
 
-use super::frame::Limits;
+use super::limits::Limits;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HeaderError {

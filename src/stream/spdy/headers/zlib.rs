@@ -9,7 +9,7 @@
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use super::{DICTIONARY, DICTIONARY_ID, HeaderBlock, HeaderError};
-use crate::stream::spdy::frame::Limits;
+use crate::stream::spdy::limits::Limits;
 
 /// Compresses the header blocks this end sends.
 pub struct HeaderEncoder {

@@ -1,0 +1,60 @@
+//! One container of the pod as the monitor holds it: its request, its main process until it is
+//! reaped, its log and output relays, its attachers and OOM watch. The verbs on it are in
+//! `workloads.rs`; the table of them is the monitor's state (`state.rs`).
+
+use std::cell::RefCell;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::rc::Rc;
+
+use nix::unistd::Pid;
+
+use super::logs::{self, LogFile, Relay};
+use super::oom::OomWatch;
+use super::{ContainerState, CreateRequest, ExitInfo};
+
+/// One container of the pod.
+pub struct Workload {
+    pub(super) req: CreateRequest,
+    /// The container's main process until it is reaped.
+    pub(super) pid: Option<Pid>,
+    pub(super) started_at: Option<i64>,
+    pub(super) exit: Option<ExitInfo>,
+    pub(super) log: Rc<RefCell<LogFile>>,
+    pub(super) relays: Vec<Rc<RefCell<Relay>>>,
+    /// Clients attached to the container's output.
+    pub attachers: logs::Attachers,
+    /// The container's stdin write end (or a copy of its tty master), kept open so its stdin
+    /// stays open until an attacher with `stdin_once` detaches.
+    pub stdin: Option<OwnedFd>,
+    /// Its OOM kills as they are counted (cgroup v2), until its exit is recorded.
+    pub(super) oom: Option<OomWatch>,
+}
+
+impl Workload {
+    pub fn is_alive(&self) -> bool {
+        self.pid.is_some()
+    }
+
+    /// crust's directory for the container (exit record, runtime log).
+    pub fn dir(&self) -> &Path {
+        &self.req.dir
+    }
+
+    pub fn tty(&self) -> bool {
+        self.req.tty
+    }
+
+    pub fn stdin_once(&self) -> bool {
+        self.req.stdin_once
+    }
+
+    pub fn state(&self, id: &str) -> ContainerState {
+        ContainerState {
+            id: id.to_owned(),
+            pid: self.pid.map(Pid::as_raw),
+            started_at: self.started_at,
+            exit: self.exit.clone(),
+        }
+    }
+}
