@@ -15,7 +15,7 @@
 # the guest, which serves a copy of it on 127.0.0.1:5000 with its own docker-registry.
 # Emulation makes fork+exec about 30 times slower, so only the tests that inspect cgroups or
 # depend on them (limits, updates, OOM kills, stats, teardown, recovery) run in the guest; the
-# rest of the suite runs on the host only (README, Testing).
+# rest of the suite runs on the host only (docs/testing.md).
 #
 # Usage: hack/cgroupv2-tests.sh [cgroupfs|systemd|all]   (default: all)
 # Env: CGROUPV2_VM (the VM script), CGROUPV2_THREADS (test threads in the guest, default 2),
