@@ -69,6 +69,29 @@ async fn sigterm_finishes_gracefully_and_pods_keep_running() {
     d.assert_clean();
 }
 
+/// A StopPodSandbox that a crash cut short right after it unmounted the pod's network
+/// namespace pin (found by the crash-point sweep: the pin stays as a plain file) finishes on the
+/// next call: CNI DEL gets an empty netns, as containerd sends, and releases the pod's address.
+#[tokio::test]
+async fn a_stop_cut_short_after_the_netns_pin_went_finishes_on_the_next_call() {
+    let mut d = Daemon::start();
+    let mut c = d.client().await;
+    let id = run_pod(&mut c, pod_config("unpinned")).await;
+    assert_eq!(d.allocated_ips().len(), 1);
+    let pin = d.ns_dir().join(format!("{id}.net"));
+    assert!(pin.exists(), "{}", pin.display());
+    d.kill9();
+    nix::mount::umount2(&pin, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    assert!(pin.is_file(), "the pin stays as a plain file");
+    d.launch();
+    let mut c = d.client().await;
+    stop_pod(&mut c, &id).await;
+    assert!(d.allocated_ips().is_empty(), "{:?}", d.allocated_ips());
+    assert!(!pin.exists(), "the pin file is gone too");
+    remove_pod(&mut c, &id).await;
+    d.assert_clean();
+}
+
 #[tokio::test]
 async fn a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up() {
     let mut d = Daemon::start();

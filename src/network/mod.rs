@@ -208,12 +208,28 @@ impl Cni {
 
     /// Runs DEL through the list in reverse. Every plugin is called even if one fails (so that
     /// IP allocations are released whatever else went wrong); the first error is returned.
+    ///
+    /// A network namespace that is gone (its pin unmounted or removed by a teardown that a crash
+    /// interrupted) is passed as an empty `CNI_NETNS`, as containerd does and the CNI spec
+    /// allows for DEL: the plugins then release what they hold outside it (IP allocations,
+    /// host-side rules) instead of failing on a path that names no namespace.
     pub async fn del(
         &self,
         list: &NetworkList,
         att: &Attachment,
         prev: Option<&serde_json::Value>,
     ) -> Result<(), CniError> {
+        let gone;
+        let att = if att.netns.as_os_str().is_empty() || is_netns(&att.netns) {
+            att
+        } else {
+            tracing::info!(netns = %att.netns.display(), "CNI DEL: the network namespace is gone");
+            gone = Attachment {
+                netns: PathBuf::new(),
+                ..att.clone()
+            };
+            &gone
+        };
         let mut first_err = None;
         for plugin in list.plugins.iter().rev() {
             let conf = list.plugin_conf(plugin, att, prev);
@@ -297,4 +313,10 @@ mod tests {
             "a refused list changes nothing"
         );
     }
+}
+
+/// Whether `path` is a network namespace (a pin: the nsfs bind mount of one).
+fn is_netns(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
 }
