@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::durable::mount;
 use nix::fcntl::{Flock, FlockArg};
-use nix::mount::{MsFlags, mount};
+use nix::mount::MsFlags;
 use tokio::net::UnixListener;
 
 use crate::config::Config;
@@ -65,7 +66,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
 async fn serve(config: Config) -> Result<(), DaemonError> {
     let socket = config.socket_path()?;
     for dir in [&config.root, &config.state] {
-        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        crate::durable::create_dir_all(dir).map_err(io("creating", dir))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
             .map_err(io("setting mode of", dir))?;
     }
@@ -75,7 +76,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     ensure_tmpfs(&config.state)?;
     let sandboxes = Sandboxes::new(sandbox_context(&config)?);
     prepare_ns_dir(&sandboxes.context().ns_dir())?;
-    std::fs::create_dir_all(sandboxes.context().sandboxes_dir())
+    crate::durable::create_dir_all(sandboxes.context().sandboxes_dir())
         .map_err(io("creating", &sandboxes.context().sandboxes_dir()))?;
     let summary = sandboxes.recover().await;
     tracing::info!(
@@ -135,7 +136,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         } => tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway"),
     }
-    let _ = std::fs::remove_file(&socket);
+    let _ = crate::durable::remove_file(&socket);
     tracing::info!("crust stopped; pods keep running");
     Ok(())
 }
@@ -275,7 +276,7 @@ fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, Daemo
         .unwrap_or(Path::new("/"))
         .join(format!(".{name}.lock"));
     if !path.exists() {
-        std::fs::write(&path, b"").map_err(io("creating", &path))?;
+        crate::durable::write(&path, b"").map_err(io("creating", &path))?;
     }
     // Held read-only: flock needs no write access, and a writer would keep the state
     // filesystem from being remounted read-only.
@@ -292,7 +293,7 @@ fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, Daemo
 /// Namespace pins live in a directory that is its own shared mount (as `ip netns` does), so an
 /// unmount of a pin reaches copies of it in other mount namespaces.
 fn prepare_ns_dir(dir: &Path) -> Result<(), DaemonError> {
-    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    crate::durable::create_dir_all(dir).map_err(io("creating", dir))?;
     let shared = |d: &Path| {
         mount(
             None::<&str>,
@@ -327,13 +328,13 @@ fn prepare_ns_dir(dir: &Path) -> Result<(), DaemonError> {
 /// Binds the CRI socket (mode 0660). A stale socket file is replaced; a live one is an error.
 fn bind(socket: &Path) -> Result<UnixListener, DaemonError> {
     if let Some(parent) = socket.parent() {
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        crate::durable::create_dir_all(parent).map_err(io("creating", parent))?;
     }
     if socket.exists() {
         if std::os::unix::net::UnixStream::connect(socket).is_ok() {
             return Err(DaemonError::AlreadyRunning(socket.display().to_string()));
         }
-        std::fs::remove_file(socket).map_err(io("removing stale socket", socket))?;
+        crate::durable::remove_file(socket).map_err(io("removing stale socket", socket))?;
     }
     let listener = UnixListener::bind(socket).map_err(io("binding", socket))?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))

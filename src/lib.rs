@@ -6,6 +6,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod daemon;
+pub mod durable;
 pub mod events;
 pub mod failpoint;
 pub mod image;

@@ -334,3 +334,143 @@ fn files_of_a_room_import_each_other_one_way() {
         );
     }
 }
+
+/// Files of the daemon allowed to change the node's file system or mounts without
+/// `crate::durable`, each with why its changes are not durable steps of the daemon.
+const NOT_DURABLE_STEPS: &[(&str, &str)] = &[
+    ("durable.rs", "the durable steps themselves"),
+    (
+        "monitor/",
+        "the monitor is another process, with failpoints of its own (monitor/client.rs, the \
+         daemon's side, takes its steps through durable like the other rooms)",
+    ),
+    ("sys/", "the system call wrappers durable builds on"),
+    (
+        "check/",
+        "crust check probes the host in scratch directories it removes at once",
+    ),
+    ("bin/", "the benchmark clients, not part of the runtime"),
+    ("cri/fuzz.rs", "fuzz entry points, in temporary directories"),
+    (
+        "image/fuzz.rs",
+        "fuzz entry points, in temporary directories",
+    ),
+    (
+        "image/store/extract.rs",
+        "a layer is extracted into a staging directory; renaming it into place is the step",
+    ),
+    (
+        "image/store/sparse.rs",
+        "writes holes into files of the staging directory",
+    ),
+    (
+        "image/store/extract_tests.rs",
+        "unit tests of the extraction",
+    ),
+    (
+        "failpoint.rs",
+        "the marker files of pausing failpoints (debug builds, for tests)",
+    ),
+    (
+        "snapshot/overlay.rs",
+        "mounts through the new mount API (fsopen, fsmount, move_mount) and reports the \
+         move_mount with durable::step",
+    ),
+];
+
+/// The call on `line` that changes the file system or the mount table, if there is one.
+fn durable_call(line: &str) -> Option<&'static str> {
+    // std::fs's changes, however the module is named (`std::fs::`, `fs::`), but not
+    // `rootfs::remove_dir` and the like.
+    const FS: &[&str] = &[
+        "create_dir(",
+        "create_dir_all(",
+        "remove_dir(",
+        "remove_dir_all(",
+        "remove_file(",
+        "rename(",
+        "write(",
+        "hard_link(",
+        "symlink(",
+    ];
+    for call in FS {
+        let pat = format!("fs::{call}");
+        let mut from = 0;
+        while let Some(i) = line[from..].find(&pat) {
+            let at = from + i;
+            let before = line[..at].chars().last();
+            if !before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                return Some(call);
+            }
+            from = at + pat.len();
+        }
+    }
+    if line.contains("File::create(") {
+        return Some("File::create");
+    }
+    if line.contains(".create(true)") || line.contains(".create_new(true)") {
+        return Some("open with create");
+    }
+    // Mounts: nix's and rustix's, inline or imported by name.
+    if ["mount::mount(", "mount::umount", "rustix::mount"]
+        .iter()
+        .any(|c| line.contains(c))
+    {
+        return Some("mount");
+    }
+    if let Some(list) = line.trim_start().strip_prefix("use nix::mount::") {
+        let names = list.trim_matches(|c: char| "{};".contains(c));
+        if names
+            .split(',')
+            .any(|n| matches!(n.trim(), "mount" | "umount" | "umount2"))
+        {
+            return Some("mount (imported)");
+        }
+    }
+    None
+}
+
+/// The code of a file before its unit tests (`#[cfg(test)] mod ...` at the end).
+fn production_code(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        if l.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|n| n.trim_start().starts_with("mod "))
+        {
+            break;
+        }
+        out.push(l);
+    }
+    code_of(&out.join("\n"))
+}
+
+#[test]
+fn durable_steps_of_the_daemon_go_through_crate_durable() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        let daemon_side = ["monitor/client.rs", "monitor/session.rs"].contains(&rel.as_str());
+        if rel == "main.rs"
+            || (!daemon_side && NOT_DURABLE_STEPS.iter().any(|(a, _)| rel.starts_with(a)))
+        {
+            continue;
+        }
+        let code = production_code(&std::fs::read_to_string(&f).unwrap());
+        for (n, line) in code.lines().enumerate() {
+            if let Some(call) = durable_call(line) {
+                found.push(format!("{rel}:{}: {call}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "durable steps outside crate::durable (no crash point after them):\n{}",
+        found.join("\n")
+    );
+}

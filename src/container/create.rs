@@ -58,7 +58,7 @@ impl Containers {
     ) -> Result<(), ContainerError> {
         let mut record = plan(self, pod, id, spec);
         let dir = self.ctx.container_dir(&record.id);
-        let saved = std::fs::create_dir_all(&dir)
+        let saved = crate::durable::create_dir_all(&dir)
             .map_err(|source| ContainerError::Io {
                 what: "creating",
                 path: dir.clone(),
@@ -314,7 +314,7 @@ fn prepare_log_dir(path: Option<&std::path::Path>) -> Result<(), ContainerError>
     let Some(parent) = path.and_then(|p| p.parent()) else {
         return Ok(());
     };
-    std::fs::create_dir_all(parent).map_err(|source| ContainerError::Io {
+    crate::durable::create_dir_all(parent).map_err(|source| ContainerError::Io {
         what: "creating",
         path: parent.to_owned(),
         source,

@@ -191,7 +191,7 @@ impl ContainerContext {
     /// Creates the directories the verbs rely on.
     pub fn prepare_dirs(&self) -> std::io::Result<()> {
         for dir in [&self.state_dir, &self.runtime_root, &self.layers_dir] {
-            std::fs::create_dir_all(dir)?;
+            crate::durable::create_dir_all(dir)?;
         }
         Ok(())
     }

@@ -54,6 +54,8 @@ where
             code: None,
             done: false,
         };
+        #[cfg(debug_assertions)]
+        crate::failpoint::rpc_started(&record.method);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let mut record = record;

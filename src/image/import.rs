@@ -99,7 +99,7 @@ impl Images {
             .paths
             .ingest_dir()
             .join(format!("import-{}", hex::encode(rnd)));
-        fs::create_dir(&dir).map_err(io("creating", &dir))?;
+        crate::durable::create_dir(&dir).map_err(io("creating", &dir))?;
         let scratch = Scratch(dir.clone());
         let file = fs::File::open(path).map_err(io("opening", path))?;
         let (reserve, ingest) = (self.settings.reserve, self.paths.ingest_dir());

@@ -267,7 +267,7 @@ pub struct PullSlot {
 
 /// Deletes the file at `path`; one already gone is fine.
 fn remove_file(path: PathBuf) -> Result<(), ImageError> {
-    match std::fs::remove_file(&path) {
+    match crate::durable::remove_file(&path) {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(ImageError::Io {
             what: "removing",
             path,

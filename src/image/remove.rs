@@ -76,7 +76,7 @@ impl Images {
                         .parse::<Digest>()
                         .is_ok_and(|d| keep.contains(&d));
                     if !keep_it {
-                        fs::remove_file(e.path()).map_err(io("removing", e.path()))?;
+                        crate::durable::remove_file(e.path()).map_err(io("removing", e.path()))?;
                         stats.blobs += 1;
                     }
                 }
@@ -96,7 +96,7 @@ impl Images {
                     continue;
                 }
                 let t = dir.join(format!(".tmp-trash-{}", name.to_string_lossy()));
-                fs::rename(e.path(), &t).map_err(io("removing", e.path()))?;
+                crate::durable::rename(e.path(), &t).map_err(io("removing", e.path()))?;
                 trash.push(t);
                 if let Some(c) = chain {
                     lock(&self.layer_usage).remove(&c);

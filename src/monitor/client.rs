@@ -47,11 +47,7 @@ pub async fn spawn(
     config: &MonitorConfig,
     timeout: Duration,
 ) -> Result<MonitorHandle, MonitorError> {
-    let log = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(config.dir.join(LOG))
-        .map_err(MonitorError::Spawn)?;
+    let log = crate::durable::open_append(config.dir.join(LOG)).map_err(MonitorError::Spawn)?;
     let mut child = tokio::process::Command::new(exe)
         .args(["monitor", "--sandbox", &config.sandbox_id])
         .stdin(Stdio::piped())
@@ -79,6 +75,7 @@ pub async fn spawn(
     };
     // The first process exits right after forking the monitor; reap it.
     let _ = child.wait().await;
+    crate::durable::step("monitor started", &config.sandbox_id);
     match serde_json::from_str::<Ready>(&line) {
         Ok(Ready::Ok(identity)) => Ok(MonitorHandle {
             identity,
@@ -332,9 +329,12 @@ async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, 
             .await?;
         Ok::<_, std::io::Error>(answer)
     };
-    let answer = tokio::time::timeout(timeout, work)
-        .await
-        .map_err(|_| MonitorError::Timeout(timeout))??;
+    let answer = tokio::time::timeout(timeout, work).await;
+    // What the monitor changed for the pod is done (or not) once the call returns.
+    if !matches!(req, Request::Ping | Request::Subscribe) {
+        crate::durable::step("monitor call", req.op_name());
+    }
+    let answer = answer.map_err(|_| MonitorError::Timeout(timeout))??;
     if answer.is_empty() {
         // The connection closed without a word: the monitor is exiting (or was killed).
         return Err(MonitorError::Io(std::io::ErrorKind::UnexpectedEof.into()));

@@ -72,6 +72,25 @@ pub struct MonitorConfig {
     pub sysctls: Vec<(String, String)>,
 }
 
+impl Request {
+    /// The request's name, for logs and crash points.
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::Shutdown => "shutdown",
+            Request::Create(_) => "create",
+            Request::Start { .. } => "start",
+            Request::Signal { .. } => "signal",
+            Request::Forget { .. } => "forget",
+            Request::Exec(_) => "exec",
+            Request::ReopenLog { .. } => "reopen_log",
+            Request::Subscribe => "subscribe",
+            Request::ExecStream(_) => "exec_stream",
+            Request::Attach { .. } => "attach",
+        }
+    }
+}
+
 /// The monitor's first and only line on stdout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -106,6 +106,9 @@ fn reap(monitor: &Monitor) {
 
 /// Kills the pod's processes (containers first, recording their exits), then its init.
 async fn shutdown(monitor: &Monitor) {
+    // A creation under way ends first, so that its container is killed with the others
+    // instead of outliving the monitor.
+    monitor.all_created().await;
     let ids: Vec<String> = monitor.workloads.borrow().keys().cloned().collect();
     for id in &ids {
         workloads::kill(monitor, id, Signal::SIGKILL, true);

@@ -30,6 +30,10 @@ pub struct Monitor {
     pub workloads: RefCell<BTreeMap<String, Workload>>,
     children: RefCell<Children>,
     subscribers: RefCell<Vec<mpsc::Sender<Rc<str>>>>,
+    /// Containers being created (a worker is at work for them), each with what their creation
+    /// notifies when it ends, so that Forget and Shutdown wait for them: a worker left running
+    /// while its container is released would recreate what the release removed.
+    creating: RefCell<HashMap<String, Rc<Notify>>>,
     /// Notified once a Shutdown has been answered: the serving loop ends.
     pub stop: Notify,
     /// OOM kills put down to this pod's containers so far (see `oom`): what the pod's
@@ -59,6 +63,7 @@ impl Monitor {
             workloads: RefCell::new(BTreeMap::new()),
             children: RefCell::default(),
             subscribers: RefCell::default(),
+            creating: RefCell::default(),
             stop: Notify::new(),
             oom_kills: Cell::new(0),
         }
@@ -159,6 +164,39 @@ impl Monitor {
         }
     }
 
+    /// Marks container `id` as being created until the guard drops; None when it is being
+    /// created already.
+    pub fn begin_create(&self, id: &str) -> Option<Creating<'_>> {
+        let mut creating = self.creating.borrow_mut();
+        if creating.contains_key(id) {
+            return None;
+        }
+        creating.insert(id.to_owned(), Rc::new(Notify::new()));
+        Some(Creating {
+            monitor: self,
+            id: id.to_owned(),
+        })
+    }
+
+    /// Returns once container `id` is not being created (at once if it is not).
+    pub async fn created(&self, id: &str) {
+        let Some(done) = self.creating.borrow().get(id).cloned() else {
+            return;
+        };
+        log(&format!("container {id}: waiting for its creation to end"));
+        // Polled before anything else can run on this thread: the notification cannot be
+        // missed.
+        done.notified().await;
+    }
+
+    /// Returns once no container is being created.
+    pub async fn all_created(&self) {
+        let ids: Vec<String> = self.creating.borrow().keys().cloned().collect();
+        for id in ids {
+            self.created(&id).await;
+        }
+    }
+
     /// Registers a subscriber for every later event.
     pub fn subscribe(&self, tx: mpsc::Sender<Rc<str>>) {
         self.subscribers.borrow_mut().push(tx);
@@ -180,6 +218,20 @@ impl Monitor {
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             });
+    }
+}
+
+/// A container's creation under way (see `Monitor::begin_create`).
+pub struct Creating<'a> {
+    monitor: &'a Monitor,
+    id: String,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        if let Some(done) = self.monitor.creating.borrow_mut().remove(&self.id) {
+            done.notify_waiters();
+        }
     }
 }
 

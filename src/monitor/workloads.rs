@@ -31,6 +31,13 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
     if monitor.workloads.borrow().contains_key(&req.id) {
         return err(Fault::State, format!("container {} exists already", req.id));
     }
+    let Some(_creating) = monitor.begin_create(&req.id) else {
+        return err(
+            Fault::State,
+            format!("container {} is being created already", req.id),
+        );
+    };
+    let _held = crate::failpoint_pause!("monitor.create.before_worker");
     let log = match LogFile::open(req.log_path.clone()) {
         Ok(l) => Rc::new(RefCell::new(l)),
         Err(e) => return failed("open the log file", req.log_path.as_deref(), e),
@@ -252,6 +259,9 @@ fn kill_cgroup(procs: Option<&Path>, signal: Signal) {
 }
 
 pub async fn forget(monitor: &Monitor, id: &str) -> Reply {
+    // A container whose daemon died while the monitor created it: its worker must be done
+    // with the container's directories before the daemon removes them.
+    monitor.created(id).await;
     if !monitor.workloads.borrow().contains_key(id) {
         return Reply::Done;
     }

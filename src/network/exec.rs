@@ -65,22 +65,24 @@ pub(super) async fn run(
         std::io::Result::Ok((status, stdout?, stderr?))
     };
     let mut work = std::pin::pin!(work);
-    let (status, (stdout, too_long), (stderr, _)) =
-        match tokio::time::timeout(timeout, &mut work).await {
-            Ok(out) => out.map_err(spawn_err)?,
-            Err(_) => {
-                // The plugin is not reaped yet (its wait is part of `work`, not dropped until this
-                // returns), so its pid still names its group.
-                if let Some(group) = group {
-                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-                }
-                return Err(CniError::Timeout {
-                    plugin,
-                    command,
-                    timeout,
-                });
+    let ran = tokio::time::timeout(timeout, &mut work).await;
+    // The plugin changed the node (an interface, an address, a rule) by the time it ended.
+    crate::durable::step(command, format_args!("CNI plugin {plugin}"));
+    let (status, (stdout, too_long), (stderr, _)) = match ran {
+        Ok(out) => out.map_err(spawn_err)?,
+        Err(_) => {
+            // The plugin is not reaped yet (its wait is part of `work`, not dropped until this
+            // returns), so its pid still names its group.
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             }
-        };
+            return Err(CniError::Timeout {
+                plugin,
+                command,
+                timeout,
+            });
+        }
+    };
     if too_long {
         return Err(CniError::PluginFailed {
             plugin,

@@ -288,6 +288,12 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Whether `path` is a network namespace (a pin: the nsfs bind mount of one).
+fn is_netns(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,10 +319,4 @@ mod tests {
             "a refused list changes nothing"
         );
     }
-}
-
-/// Whether `path` is a network namespace (a pin: the nsfs bind mount of one).
-fn is_netns(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path)
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
 }

@@ -41,7 +41,9 @@ pub fn render(template: &Path, conf_dir: &Path, pod_cidr: &str) -> Result<PathBu
         path: path.clone(),
         msg,
     };
-    std::fs::create_dir_all(conf_dir).map_err(|e| bad(e.to_string()))?;
+    crate::durable::create_dir_all(conf_dir).map_err(|e| bad(e.to_string()))?;
+    // An earlier render killed mid-write left its temporary file (never loaded: not a .conflist).
+    crate::store::remove_stale_temps(conf_dir);
     crate::store::write_atomic(&path, text.as_bytes()).map_err(|e| bad(e.to_string()))?;
     Ok(path)
 }

@@ -50,7 +50,7 @@ impl Sandboxes {
                     tracing::warn!(dir = %dir.display(), error = %e, "discarding unreadable sandbox");
                     let half = SandboxRecord::orphan(&self.ctx, id);
                     let _ = teardown::release(&self.ctx, &half).await;
-                    let _ = std::fs::remove_dir_all(&dir);
+                    let _ = crate::durable::remove_dir_all(&dir);
                     summary.discarded += 1;
                 }
             }
@@ -64,7 +64,7 @@ impl Sandboxes {
     async fn roll_back(&self, record: &SandboxRecord, summary: &mut RecoverySummary) -> bool {
         match teardown::release(&self.ctx, record).await {
             Ok(()) => {
-                let _ = std::fs::remove_dir_all(&record.dir);
+                let _ = crate::durable::remove_dir_all(&record.dir);
                 tracing::info!(pod_id = %record.id, "rolled back half-created sandbox");
                 summary.rolled_back += 1;
                 true

@@ -44,7 +44,7 @@ impl Sandboxes {
 }
 
 fn remove_file(path: &Path) -> Result<(), String> {
-    match std::fs::remove_file(path) {
+    match crate::durable::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("remove {}: {e}", path.display()))
         }
@@ -53,7 +53,7 @@ fn remove_file(path: &Path) -> Result<(), String> {
 }
 
 fn remove_tree(dir: &Path) -> Result<(), String> {
-    match std::fs::remove_dir_all(dir) {
+    match crate::durable::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("remove {}: {e}", dir.display()))
         }

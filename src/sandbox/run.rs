@@ -67,7 +67,7 @@ impl Sandboxes {
                 .map_err(|e| ("save sandbox record", e.into()))
         }) {
             let _ = files::unmount_shm(&record.dir);
-            let _ = std::fs::remove_dir_all(&record.dir);
+            let _ = crate::durable::remove_dir_all(&record.dir);
             return Err(SandboxError::Run {
                 step,
                 cause: Box::new(cause),
@@ -87,7 +87,7 @@ impl Sandboxes {
         if let Err((step, cause)) = saved {
             let cleanup = teardown::release(&self.ctx, &record).await.err();
             if cleanup.is_none() {
-                let _ = std::fs::remove_dir_all(&record.dir);
+                let _ = crate::durable::remove_dir_all(&record.dir);
             }
             return Err(SandboxError::Run {
                 step,
@@ -228,11 +228,11 @@ fn pod_hostname(spec: &SandboxSpec) -> String {
 fn prepare(record: &SandboxRecord, hostname: &str) -> Result<(), StepError> {
     let step = "prepare sandbox directory";
     let dir = &record.dir;
-    std::fs::create_dir_all(dir).map_err(|e| (step, RunFailure::io(dir)(e)))?;
+    crate::durable::create_dir_all(dir).map_err(|e| (step, RunFailure::io(dir)(e)))?;
     // Container logs go here; kubelet owns the directory afterwards (it is never removed here).
     let logs = std::path::Path::new(&record.spec.log_directory);
     if !record.spec.log_directory.is_empty() {
-        std::fs::create_dir_all(logs)
+        crate::durable::create_dir_all(logs)
             .map_err(|e| ("create the log directory", RunFailure::io(logs)(e)))?;
     }
     files::write(dir, &record.spec, hostname).map_err(|e| (step, RunFailure::io(dir)(e)))?;

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use nix::mount::{MntFlags, umount2};
+use crate::durable::umount2;
+use nix::mount::MntFlags;
 
 use super::SandboxContext;
 use super::model::SandboxRecord;
@@ -89,7 +90,7 @@ pub(super) fn unpin(pin: &Path) -> std::io::Result<()> {
         Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
         Err(e) => return Err(e.into()),
     }
-    match std::fs::remove_file(pin) {
+    match crate::durable::remove_file(pin) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }

@@ -78,7 +78,7 @@ fn refuse_read_only(target: &Path, u: Upper<'_>) -> Result<(), OverlayError> {
     if !mounted.f_flag.contains(StatVfsMountFlags::RDONLY) {
         return Ok(());
     }
-    let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
+    let _ = crate::durable::umount2(target, nix::mount::MntFlags::MNT_DETACH);
     let out_of_room = statvfs(u.work).is_ok_and(|w| w.f_favail == 0 || w.f_bavail == 0);
     let why = if out_of_room {
         "no space or inodes are left there"
@@ -159,14 +159,16 @@ fn mount_layer_by_layer(
     };
     let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, attrs)
         .map_err(|e| explain(&fs, "mounting".into(), e))?;
-    move_mount(
+    let attached = move_mount(
         mnt.as_fd(),
         "",
         rustix::fs::CWD,
         target,
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .map_err(|e| Fallback::failed(format!("attaching the mount: {e}"), Some(e)))
+    );
+    // The overlay appears in the mount table here, not at fsmount.
+    crate::durable::step("mount", target.display());
+    attached.map_err(|e| Fallback::failed(format!("attaching the mount: {e}"), Some(e)))
 }
 
 /// `step` failed with `e`; the kernel's messages on the fs context say why.
@@ -206,7 +208,7 @@ fn mount_classic(
     } else {
         nix::mount::MsFlags::MS_RDONLY
     };
-    nix::mount::mount(
+    crate::durable::mount(
         Some("overlay"),
         target,
         Some("overlay"),

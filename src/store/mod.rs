@@ -96,14 +96,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(temp_name(path));
     let written = (|| {
-        let mut f = File::options().write(true).create_new(true).open(&tmp)?;
+        let mut f = crate::durable::create_new(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        fs::rename(&tmp, path)
+        crate::durable::rename(&tmp, path)
     })();
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
+        let _ = crate::durable::remove_file(&tmp);
         return Err(err(e));
     }
     File::open(dir).and_then(|d| d.sync_all()).map_err(err)
@@ -139,7 +139,9 @@ pub fn remove_stale_temps(dir: &Path) -> usize {
                 && !temp_writer(&name)
                     .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
         });
-    stale.filter(|e| fs::remove_file(e.path()).is_ok()).count()
+    stale
+        .filter(|e| crate::durable::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// The pid in a temporary file's name (`.<name>.<pid>.<n>.tmp`).

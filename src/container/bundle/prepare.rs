@@ -95,7 +95,7 @@ pub fn write_bundle(dir: &Path, spec: &Spec) -> Result<PathBuf, ContainerError> 
         let path = path.to_owned();
         move |source| ContainerError::Io { what, path, source }
     };
-    std::fs::create_dir_all(&bundle).map_err(io("creating", &bundle))?;
+    crate::durable::create_dir_all(&bundle).map_err(io("creating", &bundle))?;
     let json = serde_json::to_vec(spec).map_err(|e| io("encoding", &bundle)(e.into()))?;
     let path = bundle.join("config.json");
     crate::store::write_atomic(&path, &json)?;

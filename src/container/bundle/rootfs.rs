@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::durable::umount2;
 use nix::errno::Errno;
-use nix::mount::{MntFlags, umount2};
+use nix::mount::MntFlags;
 
 use crate::container::{ContainerContext, ContainerError};
 use crate::snapshot::{Upper, mount_overlay};
@@ -30,7 +31,7 @@ pub fn layout(ctx: &ContainerContext, id: &str) -> Layout {
 /// Creates the writable layer and mounts the root filesystem.
 pub fn mount(layout: &Layout, lowerdirs: &[PathBuf]) -> Result<(), ContainerError> {
     for d in [&layout.upper, &layout.work, &layout.rootfs] {
-        std::fs::create_dir_all(d).map_err(|source| ContainerError::Io {
+        crate::durable::create_dir_all(d).map_err(|source| ContainerError::Io {
             what: "creating",
             path: d.clone(),
             source,
@@ -72,7 +73,7 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 pub fn remove_dir(dir: &Path) -> Result<(), String> {
-    match std::fs::remove_dir_all(dir) {
+    match crate::durable::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(format!("remove {}: {e}", dir.display()))
         }

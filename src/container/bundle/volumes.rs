@@ -32,7 +32,7 @@ pub fn mount_all(
         };
         let used = images.acquire(&holder(&record.id, n), &image)?;
         let dir = layout.dir.join("volumes").join(n.to_string());
-        std::fs::create_dir_all(&dir).map_err(|source| ContainerError::Io {
+        crate::durable::create_dir_all(&dir).map_err(|source| ContainerError::Io {
             what: "creating",
             path: dir.clone(),
             source,
@@ -64,7 +64,8 @@ pub fn release_all(images: &Images, record: &ContainerRecord) -> Vec<String> {
 
 /// An image's layers, read-only: an overlay of two layers or more, a read-only bind of one.
 fn mount_read_only(lowerdirs: &[PathBuf], target: &Path) -> Result<(), ContainerError> {
-    use nix::mount::{MsFlags, mount};
+    use crate::durable::mount;
+    use nix::mount::MsFlags;
     if lowerdirs.len() >= 2 {
         return Ok(mount_overlay(lowerdirs, None, target)?);
     }

@@ -100,7 +100,7 @@ impl StorePaths {
             self.records_dir(),
             self.holds_dir(),
         ] {
-            fs::create_dir_all(d)?;
+            crate::durable::create_dir_all(d)?;
         }
         Ok(())
     }
@@ -132,11 +132,7 @@ impl StorePaths {
     }
 
     fn flock(&self, arg: FlockArg) -> io::Result<Option<Flock<File>>> {
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.lock_file())?;
+        let file = crate::durable::open_lock(self.lock_file())?;
         match Flock::lock(file, arg) {
             Ok(l) => Ok(Some(l)),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
@@ -192,7 +188,7 @@ impl Ingest {
         let mut rnd = [0u8; 12];
         getrandom::fill(&mut rnd).map_err(|e| io::Error::other(e.to_string()))?;
         let path = paths.ingest_dir().join(hex::encode(rnd));
-        let file = File::options().write(true).create_new(true).open(&path)?;
+        let file = crate::durable::create_new(&path)?;
         Ok(Ingest {
             path,
             // Registry chunks are mostly 8-64 KiB; larger ones bypass the buffer. Kept under
@@ -255,7 +251,7 @@ impl Ingest {
         let file = file.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         drop(file);
-        fs::rename(&self.path, dest)?;
+        crate::durable::rename(&self.path, dest)?;
         if let Some(dir) = dest.parent() {
             File::open(dir)?.sync_all()?;
         }
@@ -266,11 +262,12 @@ impl Ingest {
 impl Drop for Ingest {
     fn drop(&mut self) {
         // Committed ingests were renamed away; this only removes abandoned ones.
-        let _ = fs::remove_file(&self.path);
+        let _ = crate::durable::remove_file(&self.path);
     }
 }
 
-/// Removes what interrupted writers left behind: ingest files and half-unpacked layers.
+/// Removes what interrupted writers left behind: ingest files, half-unpacked layers, and the
+/// temporary files of record and hold writes.
 /// Call with the store lock held exclusively.
 pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
     let mut removed = 0;
@@ -279,7 +276,7 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
         if e.file_type()?.is_dir() {
             remove_tree(&e.path())?; // an interrupted import's scratch directory
         } else {
-            fs::remove_file(e.path())?;
+            crate::durable::remove_file(e.path())?;
         }
         removed += 1;
     }
@@ -290,12 +287,21 @@ pub fn remove_partials(paths: &StorePaths) -> io::Result<usize> {
             removed += 1;
         }
     }
+    // Records, holds and the generation file are written atomically: a writer killed
+    // mid-write leaves its temporary file beside them (found by tests/crash_points.rs).
+    for dir in [
+        paths.records_dir(),
+        paths.holds_dir(),
+        paths.root().to_owned(),
+    ] {
+        removed += crate::store::remove_stale_temps(&dir);
+    }
     Ok(removed)
 }
 
 /// Deletes a directory tree without following symlinks (std's remove_dir_all does not).
 pub fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
+    match crate::durable::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         r => r,
     }

@@ -76,7 +76,7 @@ pub fn unpack(
         .join(format!(".tmp-{}-{}", chain_id.short(), hex::encode(rnd)));
     let guard = TmpDir(Some(tmp.clone()));
     let fs_dir = tmp.join("fs");
-    fs::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
+    crate::durable::create_dir_all(&fs_dir).map_err(fs_err("creating", &fs_dir))?;
     // The layer root is what `/` shows when no layer above lists it (`./` entries are
     // skipped): 0755 whatever the daemon's umask.
     fs::set_permissions(&fs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -100,12 +100,12 @@ pub fn unpack(
         inodes,
     };
     let json = serde_json::to_vec(&meta).expect("layer meta serializes");
-    fs::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
+    crate::durable::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
     // Make the tree durable before it becomes visible, so a power loss cannot leave a complete
     // looking layer with empty files. One syncfs is far cheaper than an fsync per file.
     let dir = File::open(&tmp).map_err(fs_err("opening", &tmp))?;
     rustix::fs::syncfs(&dir).map_err(|e| fs_err("syncing", &tmp)(e.into()))?;
-    match fs::rename(&tmp, &dest) {
+    match crate::durable::rename(&tmp, &dest) {
         Ok(()) => {}
         // Another unpack of the same layer finished first; both are verified, keep theirs.
         Err(e) if dest.join("fs").is_dir() => tracing::debug!(error = %e, "layer already unpacked"),

@@ -130,12 +130,13 @@ impl CgroupSettings {
     /// Creates the cgroup (if needed) and moves `pids` into it.
     pub fn create(&self, path: &str, pids: &[i32]) -> Result<(), CgroupError> {
         let manager = self.manager(path)?;
-        for pid in pids {
+        let added = pids.iter().try_for_each(|pid| {
             manager
                 .add_task(nix::unistd::Pid::from_raw(*pid))
-                .map_err(|e| err(path, e))?;
-        }
-        Ok(())
+                .map_err(|e| err(path, e))
+        });
+        crate::durable::step("cgroup made", path);
+        added
     }
 
     /// Kills whatever is left in the cgroup and its children and removes them all; a missing
@@ -159,7 +160,9 @@ impl CgroupSettings {
                 }
             }
         }
-        self.manager(path)?.remove().map_err(|e| err(path, e))
+        let removed = self.manager(path)?.remove().map_err(|e| err(path, e));
+        crate::durable::step("cgroup removed", path);
+        removed
     }
 
     /// Where the statistics of cgroup `path` are read (`crate::stats::read_cgroup`).
@@ -216,7 +219,9 @@ impl CgroupSettings {
             oom_score_adj: None,
             disable_oom_killer: false,
         };
-        self.manager(path)?.apply(&opt).map_err(|e| err(path, e))?;
+        let applied = self.manager(path)?.apply(&opt).map_err(|e| err(path, e));
+        crate::durable::step("cgroup limits written", path);
+        applied?;
         self.apply_beyond_systemd(path, resources)
     }
 
@@ -280,7 +285,7 @@ fn remove_children(dir: &Path) -> std::io::Result<()> {
 }
 
 fn kill_members(dir: &Path) {
-    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+    if crate::durable::write(dir.join("cgroup.kill"), "1").is_ok() {
         return;
     }
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
@@ -300,7 +305,7 @@ fn kill_and_remove(dir: &Path) -> std::io::Result<()> {
     let mut delay = Duration::from_millis(1);
     for _ in 0..14 {
         kill_members(dir);
-        match std::fs::remove_dir(dir) {
+        match crate::durable::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(_) => {
@@ -310,7 +315,7 @@ fn kill_and_remove(dir: &Path) -> std::io::Result<()> {
         }
     }
     kill_members(dir);
-    std::fs::remove_dir(dir)
+    crate::durable::remove_dir(dir)
 }
 
 /// `slice:prefix:name` as a directory: the slice expanded into its parents

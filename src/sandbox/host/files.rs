@@ -28,21 +28,22 @@ pub fn write(dir: &Path, spec: &SandboxSpec, hostname: &str) -> std::io::Result<
         // Without a DNS config the pod resolves names like the host, as containerd does.
         None => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
     };
-    std::fs::write(dir.join(RESOLV_CONF), resolv)?;
-    std::fs::write(dir.join(HOSTNAME), format!("{hostname}\n"))?;
+    crate::durable::write(dir.join(RESOLV_CONF), resolv)?;
+    crate::durable::write(dir.join(HOSTNAME), format!("{hostname}\n"))?;
     let hosts = if spec.namespaces.host_network() {
         std::fs::read_to_string("/etc/hosts").unwrap_or_else(|_| DEFAULT_HOSTS.to_owned())
     } else {
         DEFAULT_HOSTS.to_owned()
     };
-    std::fs::write(dir.join(HOSTS), hosts)
+    crate::durable::write(dir.join(HOSTS), hosts)
 }
 
 /// Mounts the pod's /dev/shm tmpfs at `<dir>/shm`.
 pub fn mount_shm(dir: &Path) -> std::io::Result<()> {
-    use nix::mount::{MsFlags, mount};
+    use crate::durable::mount;
+    use nix::mount::MsFlags;
     let target = dir.join(SHM);
-    std::fs::create_dir_all(&target)?;
+    crate::durable::create_dir_all(&target)?;
     mount(
         Some("shm"),
         &target,
@@ -56,7 +57,7 @@ pub fn mount_shm(dir: &Path) -> std::io::Result<()> {
 /// Unmounts the pod's /dev/shm; one that is not mounted is fine.
 pub fn unmount_shm(dir: &Path) -> std::io::Result<()> {
     use nix::errno::Errno;
-    match nix::mount::umount2(&dir.join(SHM), nix::mount::MntFlags::MNT_DETACH) {
+    match crate::durable::umount2(dir.join(SHM), nix::mount::MntFlags::MNT_DETACH) {
         Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }

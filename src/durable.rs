@@ -1,0 +1,161 @@
+//! Every durable step the daemon takes on the node goes through here: a directory made or
+//! removed, a file written, renamed or removed, a mount or an unmount; and, named by the caller
+//! right after it happened, a step done by someone else (a cgroup made or removed by
+//! libcgroups, a CNI plugin's ADD or DEL, a call the pod's monitor answered, a monitor started).
+//!
+//! Each of them is a crash point (debug builds; `crate::failpoint`): a test can kill the daemon
+//! right after the Nth durable step of an RPC, for every N, so no step can be added without the
+//! crash after it being tried. `tests/architecture.rs` keeps the daemon's rooms from making such
+//! changes any other way. The calls take the caller's location (`#[track_caller]`), so a crash
+//! point is named by the line of the verb that took the step.
+//!
+//! What is not here on purpose: the monitor's own steps (it is another process, with failpoints
+//! of its own), files written inside a directory that is then renamed into place (the rename is
+//! the step), and reads.
+
+use std::fmt::Display;
+use std::io;
+use std::path::Path;
+
+use nix::NixPath;
+use nix::mount::{MntFlags, MsFlags};
+
+/// After `step` happened to `what` (or was tried: a failed step changed nothing, and killing
+/// there is as good as after the step before).
+#[track_caller]
+pub fn step(kind: &'static str, what: impl Display) {
+    #[cfg(debug_assertions)]
+    crate::failpoint::crash_point(kind, &what, std::panic::Location::caller());
+    #[cfg(not(debug_assertions))]
+    let _ = (kind, what);
+}
+
+#[track_caller]
+fn after<T, E>(kind: &'static str, path: &Path, r: Result<T, E>) -> Result<T, E> {
+    step(kind, path.display());
+    r
+}
+
+#[track_caller]
+pub fn create_dir_all(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("mkdir", path, std::fs::create_dir_all(path))
+}
+
+#[track_caller]
+pub fn create_dir(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("mkdir", path, std::fs::create_dir(path))
+}
+
+#[track_caller]
+pub fn remove_dir_all(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("rmdir -r", path, std::fs::remove_dir_all(path))
+}
+
+#[track_caller]
+pub fn remove_dir(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("rmdir", path, std::fs::remove_dir(path))
+}
+
+#[track_caller]
+pub fn remove_file(path: impl AsRef<Path>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("unlink", path, std::fs::remove_file(path))
+}
+
+#[track_caller]
+pub fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+    let (from, to) = (from.as_ref(), to.as_ref());
+    after("rename", to, std::fs::rename(from, to))
+}
+
+/// Writes a whole file in place (not atomically: for files whose readers only come after the
+/// step that publishes them, such as a pod's hosts file before its record says Ready).
+#[track_caller]
+pub fn write(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    let path = path.as_ref();
+    after("write", path, std::fs::write(path, bytes))
+}
+
+#[track_caller]
+pub fn symlink(target: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
+    let (target, link) = (target.as_ref(), link.as_ref());
+    after("symlink", link, std::os::unix::fs::symlink(target, link))
+}
+
+#[track_caller]
+pub fn hard_link(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+    let (from, to) = (from.as_ref(), to.as_ref());
+    after("link", to, std::fs::hard_link(from, to))
+}
+
+/// Creates a new file for writing (`create_new`): the caller writes it, and a crash after this
+/// step leaves it empty or partly written.
+#[track_caller]
+pub fn create_new(path: impl AsRef<Path>) -> io::Result<std::fs::File> {
+    let path = path.as_ref();
+    after(
+        "create",
+        path,
+        std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(path),
+    )
+}
+
+/// Opens a log file for appending, creating it when missing.
+#[track_caller]
+pub fn open_append(path: impl AsRef<Path>) -> io::Result<std::fs::File> {
+    let path = path.as_ref();
+    after(
+        "create",
+        path,
+        std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path),
+    )
+}
+
+/// Opens a lock file, creating it when missing. Not a crash point: a lock file's existence is
+/// no state (an empty file nobody reads; the lock dies with its holder).
+pub fn open_lock(path: impl AsRef<Path>) -> io::Result<std::fs::File> {
+    std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+}
+
+/// `mount(2)`, as nix takes it.
+#[track_caller]
+pub fn mount<S, F, D>(
+    source: Option<&S>,
+    target: impl AsRef<Path>,
+    fstype: Option<&F>,
+    flags: MsFlags,
+    data: Option<&D>,
+) -> nix::Result<()>
+where
+    S: ?Sized + NixPath,
+    F: ?Sized + NixPath,
+    D: ?Sized + NixPath,
+{
+    let target = target.as_ref();
+    after(
+        "mount",
+        target,
+        nix::mount::mount(source, target, fstype, flags, data),
+    )
+}
+
+/// `umount2(2)`.
+#[track_caller]
+pub fn umount2(target: impl AsRef<Path>, flags: MntFlags) -> nix::Result<()> {
+    let target = target.as_ref();
+    after("umount", target, nix::mount::umount2(target, flags))
+}
