@@ -141,6 +141,9 @@ printf 'cgroup_driver = "%s"\ndefault_cgroup_parent = "%s"\n' "$driver" "$cgroup
   > "$work/config.toml"
 cat "$top/critest-config/crust.toml" >> "$work/config.toml"
 printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >> "$work/config.toml"
+# No free-space reserve: the machine's disk may be shared with other work and nearly full; the
+# reserve is tested by the integration tests that set it.
+printf '\n[image]\nmin_free_percent = 0\n' >> "$work/config.toml"
 
 "$crust" serve --config "$work/config.toml" --listen "$sock" --root "$work/root" \
   --state "$work/state" --log-level info > "$work/crust.log" 2>&1 &

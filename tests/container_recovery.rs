@@ -158,6 +158,103 @@ async fn a_container_half_created_when_the_daemon_died_is_all_there_or_all_gone(
     e.d.assert_clean();
 }
 
+/// The daemon killed while the pod's monitor creates a container, with the creation held open
+/// (a pausing failpoint in the monitor, before its runtime worker starts): the restarted daemon's
+/// recovery must not release the half-created container until the monitor's creation has ended.
+/// Releasing it while libcontainer still writes its state made `remove_dir_all` of
+/// `<state>/runtime/<id>` fail (a file appeared as it emptied the directory), so the release kept
+/// the container's directory for ever: the "state/containers holds <id>, which no listed
+/// container owns" of a cold, loaded machine, where the monitor's creation still ran when the
+/// daemon came back. The monitor now makes Forget (and Shutdown) wait for a creation under way.
+// Multi-threaded: the test waits on files with blocking sleeps while its CreateContainer runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn recovery_releases_a_half_created_container_only_once_its_monitor_is_done() {
+    let mut e = Env::start().await;
+    let fp = e.d.dir.join("failpoints");
+    std::fs::create_dir_all(&fp).unwrap();
+    let marker = |s: &str| fp.join(format!("monitor.create.before_worker.{s}"));
+    e.d.kill9();
+    e.d.launch_with(&[
+        ("CRUST_FAILPOINT", "monitor.create.before_worker:pause"),
+        ("CRUST_FAILPOINT_DIR", fp.to_str().unwrap()),
+    ]);
+    e.c = e.d.client().await;
+    let pod = e.pod("held").await;
+    let mut c = e.d.client().await;
+    let (id, sandbox) = (pod.0.clone(), pod.1.clone());
+    let config = e.config("c", &["sleep", "600"]);
+    let create = tokio::spawn(async move {
+        c.create_container(pb::CreateContainerRequest {
+            pod_sandbox_id: id,
+            config: Some(config),
+            sandbox_config: Some(sandbox),
+        })
+        .await
+    });
+    wait_for(
+        || marker("reached").exists(),
+        "the monitor's creation to pause",
+    );
+    e.d.kill9();
+    let _ = create.await;
+    e.d.launch_unwaited(&[]);
+    let monitor_log = e.d.sandbox_dir(&pod.0).join("monitor.log");
+    wait_for(
+        || {
+            assert!(
+                !e.d.serving(),
+                "the daemon finished its recovery while the monitor still created the container"
+            );
+            std::fs::read_to_string(&monitor_log)
+                .unwrap_or_default()
+                .contains("waiting for its creation to end")
+        },
+        "recovery to wait for the monitor's creation",
+    );
+    std::fs::write(marker("release"), b"").unwrap();
+    e.d.wait_serving();
+    assert!(
+        marker("done").exists(),
+        "the creation ended before the daemon served"
+    );
+    e.c = e.d.client().await;
+    let listed =
+        e.c.list_containers(pb::ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert!(listed.is_empty(), "rolled back: {listed:?}");
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    // The name is free, and the pod works: a container made now runs.
+    let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
+    assert_eq!(e.sh(&id, "echo whole").await, "whole\n");
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    e.d.assert_clean();
+}
+
+/// Polls `ready` until it holds, failing after 60 s with `what`.
+fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited 60 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[tokio::test]
 async fn containers_of_a_pod_whose_monitor_died_end_as_killed() {
     let mut e = Env::start().await;

@@ -41,7 +41,7 @@ impl Crust {
             "image integration tests run the daemon and must run as root"
         );
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        std::fs::write(dir.path().join("config.toml"), without_reserve(config)).unwrap();
         let child = spawn(dir.path());
         let mut c = Crust { dir, child };
         c.wait_ready();
@@ -61,7 +61,7 @@ impl Crust {
             Some(format!("size={mib}m").as_str()),
         )
         .unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        std::fs::write(dir.path().join("config.toml"), without_reserve(config)).unwrap();
         let child = spawn(dir.path());
         let mut c = Crust { dir, child };
         c.wait_ready();
@@ -216,4 +216,20 @@ pub type RawH2 = tower::util::BoxCloneService<
 /// The config that sends pulls of `host` to the test registry at `addr` over plain http.
 pub fn mirror_config(host: &str, addr: &str, extra: &str) -> String {
     format!("[registry.mirrors.\"{host}\"]\nendpoints = [\"http://{addr}\"]\n{extra}")
+}
+
+/// `config` with no free-space reserve unless it sets one: the tests share the machine's disk
+/// with whatever else runs there, and its 5% default would fail pulls that have room. The
+/// reserve itself is tested where a test sets it (`images.rs`, on a small tmpfs).
+pub fn without_reserve(config: &str) -> String {
+    if config.contains("min_free_percent") {
+        return config.to_owned();
+    }
+    match config.find("[image]\n") {
+        Some(at) => {
+            let end = at + "[image]\n".len();
+            format!("{}min_free_percent = 0\n{}", &config[..end], &config[end..])
+        }
+        None => format!("{config}\n[image]\nmin_free_percent = 0\n"),
+    }
 }

@@ -77,9 +77,12 @@ impl Daemon {
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cni");
         std::fs::write(
             &d.config,
+            // No free-space reserve: the disk is shared with whatever else runs on the machine
+            // (see crust_daemon::without_reserve).
             format!(
                 "default_cgroup_parent = {:?}\n[network]\nconf_dir = {:?}\n\
-                 bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n",
+                 bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n\
+                 [image]\nmin_free_percent = 0\n",
                 d.cgroup_parent, d.cni_conf, fixtures
             ),
         )
@@ -124,6 +127,12 @@ impl Daemon {
 
     /// Like `launch`, with more environment variables (a failpoint to arm).
     pub fn launch_with(&mut self, env: &[(&str, &str)]) {
+        self.launch_unwaited(env);
+        self.wait_serving();
+    }
+
+    /// Starts `crust serve` and returns at once (its recovery may be under way).
+    pub fn launch_unwaited(&mut self, env: &[(&str, &str)]) {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -148,6 +157,15 @@ impl Daemon {
             .spawn()
             .expect("crust binary runs");
         self.child = Some(child);
+    }
+
+    /// Whether the daemon's socket answers.
+    pub fn serving(&self) -> bool {
+        std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+    }
+
+    /// Waits for the daemon launched last to serve on its socket.
+    pub fn wait_serving(&mut self) {
         // Generous: under the emulation of the cgroup v2 guest a debug build starts slowly.
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
