@@ -10,7 +10,7 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
-.PHONY: all build run test soak cgroupv2-test lint bench bench-images critest tools kubelet containerd clean
+.PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images critest tools kubelet containerd clean
 
 all: build
 
@@ -37,6 +37,14 @@ test:
 	hack/fuzz.sh $(FUZZ_SECS)
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
 	hack/cgroupv2-tests.sh
+
+## The integration tests and critest STRESS_ROUNDS times (5) with the page cache dropped and two
+## busy loops beside each round; prints every test that failed in any round (hack/test-stress.sh).
+test-stress:
+	hack/install-deps.sh test
+	hack/build-tools.sh cri-tools kubelet
+	$(CARGO) build --bins
+	PATH="$(CRI_TOOLS):$$PATH" hack/test-stress.sh $(STRESS_ROUNDS)
 
 ## The cgroup tests alone, in the cgroup v2 guest (cgroupfs driver, then systemd as PID 1 with the
 ## systemd driver); CGROUPV2=cgroupfs or systemd runs one of the two.

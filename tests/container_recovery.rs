@@ -243,6 +243,83 @@ async fn recovery_releases_a_half_created_container_only_once_its_monitor_is_don
     e.d.assert_clean();
 }
 
+/// A rollback at start that fails (here: a mount left inside the container's directory, so it
+/// cannot be removed) keeps the container listed, exited with the reason, says so in `crust
+/// check`, and RemoveContainer finishes it once the cause is gone.
+#[tokio::test]
+async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
+    let mut e = Env::start().await;
+    let pod = e.pod("kept").await;
+    e.d.kill9();
+    // Killed right after CreateContainer saved its Creating record (mkdir, temp file, rename).
+    e.d.launch_with(&[("CRUST_CRASH", "CreateContainer:3")]);
+    e.c = e.d.client().await;
+    let err = e.create(&pod, e.config("c", &["sleep", "600"])).await;
+    assert!(err.is_err(), "{err:?}");
+    let dirs = Daemon::entries(&e.d.state.join("containers"));
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let dir = e.d.state.join("containers").join(&dirs[0]);
+    let blocker = dir.join("blocker");
+    std::fs::create_dir(&blocker).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &blocker,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .unwrap();
+    let _ = e.d.child.take().map(|mut c| c.wait());
+    e.d.launch();
+    e.c = e.d.client().await;
+    let listed =
+        e.c.list_containers(pb::ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert_eq!(listed.len(), 1, "kept listed: {listed:?}");
+    let s = e.status(&listed[0].id).await;
+    assert_eq!(s.state, pb::ContainerState::ContainerExited as i32);
+    assert!(s.message.contains("undoing it failed"), "{}", s.message);
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["check", "--state"])
+        .arg(&e.d.state)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    let line = said
+        .lines()
+        .find(|l| l.contains("leftovers"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        line.starts_with("warn") && line.contains(&listed[0].id),
+        "crust check names it: {said}"
+    );
+    nix::mount::umount2(&blocker, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    e.remove(&listed[0].id).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["check", "--state"])
+        .arg(&e.d.state)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("ok") && l.contains("leftovers")),
+        "{said}"
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    e.d.assert_clean();
+}
+
 /// Polls `ready` until it holds, failing after 60 s with `what`.
 fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

@@ -40,6 +40,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("cni", cni(config).into()),
         ("storage", storage(config).into()),
         ("mirrors", mirrors(config).into()),
+        ("leftovers", leftovers(&config.state)),
     ];
     let mut failed = Vec::new();
     for (name, finding) in checks {
@@ -201,6 +202,34 @@ fn mirrors(config: &Config) -> Result<String, String> {
     reached.sort_unstable();
     reached.dedup();
     Ok(format!("{} reachable", reached.join(", ")))
+}
+
+/// Pods and containers a restart of the daemon could not undo (`store::RELEASE_FAILED` in
+/// their directories): each is retried at the next start, and listed here with why until then.
+fn leftovers(state: &Path) -> Finding {
+    let mut found = Vec::new();
+    for kind in ["sandboxes", "containers"] {
+        for e in std::fs::read_dir(state.join(kind))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let why = std::fs::read_to_string(e.path().join(crate::store::RELEASE_FAILED));
+            if let Ok(why) = why {
+                let id = e.file_name().to_string_lossy().into_owned();
+                found.push(format!("{kind}/{id}: {}", why.trim()));
+            }
+        }
+    }
+    if found.is_empty() {
+        Finding::Ok("nothing a restart could not undo".into())
+    } else {
+        Finding::Warn(format!(
+            "{} left after a failed rollback (the next start of crust tries again): {}",
+            found.len(),
+            found.join("; ")
+        ))
+    }
 }
 
 fn cni(config: &Config) -> Result<String, String> {

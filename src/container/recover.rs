@@ -7,7 +7,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{ContainerRecord, Containers, Phase, rootfs, teardown};
+use super::{ContainerRecord, Containers, Phase, now_nanos, rootfs, teardown};
+use crate::store::RELEASE_FAILED;
 
 /// What recovery found, for the start-up log line.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -61,7 +62,10 @@ impl Containers {
         summary
     }
 
-    /// Rolls back a half-created container, or removes one whose pod is gone.
+    /// Rolls back a half-created container, or removes one whose pod is gone. One whose
+    /// release fails is never left unseen: it says why in `<dir>/RELEASE_FAILED` (which `crust
+    /// check` reads and the next start retries), and if its pod is here it stays listed, exited
+    /// with the reason, so that RemoveContainer retries the release.
     async fn discard(&self, record: &ContainerRecord, summary: &mut RecoverySummary) {
         match teardown::release(self, record).await {
             Ok(()) => {
@@ -73,8 +77,40 @@ impl Containers {
                 }
             }
             Err(e) => {
-                tracing::error!(container_id = %record.id, error = %e, "removing a half-created or orphaned container");
+                tracing::error!(container_id = %record.id, error = %e, "removing a half-created or orphaned container; kept for a retry");
                 summary.failed += 1;
+                let why = format!("recovery could not remove this container: {e}\n");
+                let _ = crate::durable::write(
+                    self.ctx.container_dir(&record.id).join(RELEASE_FAILED),
+                    why,
+                );
+                if self.sandboxes.get(&record.pod_id).is_ok() {
+                    self.keep_listed(record, &e);
+                }
+            }
+        }
+    }
+
+    /// Lists a container whose rollback failed as exited, with the reason.
+    fn keep_listed(&self, record: &ContainerRecord, error: &str) {
+        let mut kept = record.clone();
+        kept.phase = Phase::Exited;
+        kept.pid = None;
+        kept.exit = Some(crate::monitor::ExitInfo {
+            code: 255,
+            signal: None,
+            finished_at: now_nanos(),
+            oom_killed: false,
+            message: format!(
+                "its creation was cut short by a restart of crust, and undoing it failed: {error}; RemoveContainer tries again"
+            ),
+        });
+        match crate::store::save(&self.ctx.record_path(&kept.id), &kept) {
+            Ok(()) => {
+                self.insert(kept);
+            }
+            Err(e) => {
+                tracing::error!(container_id = %kept.id, error = %e, "keeping a container whose rollback failed")
             }
         }
     }

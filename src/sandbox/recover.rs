@@ -74,6 +74,11 @@ impl Sandboxes {
                 // and nothing the sandbox still holds is invisible.
                 tracing::error!(pod_id = %record.id, error = %e, "rolling back half-created sandbox");
                 summary.failed += 1;
+                // Also for `crust check`, which reads it while the daemon is down too.
+                let _ = crate::durable::write(
+                    record.dir.join(crate::store::RELEASE_FAILED),
+                    format!("recovery could not roll this pod back: {e}\n"),
+                );
                 let mut kept = record.clone();
                 kept.phase = Phase::Exited;
                 kept.problem = Some(format!("rolling back after a restart: {e}"));

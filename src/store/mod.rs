@@ -123,6 +123,10 @@ fn temp_name(path: &Path) -> String {
 
 const TEMP_SUFFIX: &str = ".tmp";
 
+/// The file a sandbox's or container's directory holds when recovery could not remove the
+/// object (what failed): the next start tries again, and `crust check` lists them meanwhile.
+pub const RELEASE_FAILED: &str = "RELEASE_FAILED";
+
 /// Removes from `dir` the temporary files of writers that died mid-write (at start); a file
 /// whose writer still runs (a monitor saving an exit while the daemon restarts) is left alone.
 /// Returns how many were removed.

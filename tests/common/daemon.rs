@@ -80,9 +80,10 @@ impl Daemon {
             // No free-space reserve: the disk is shared with whatever else runs on the machine
             // (see crust_daemon::without_reserve).
             format!(
-                "default_cgroup_parent = {:?}\n[network]\nconf_dir = {:?}\n\
-                 bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n\
-                 [image]\nmin_free_percent = 0\n",
+                // [network] stays last: tests append keys of theirs to it.
+                "default_cgroup_parent = {:?}\n[image]\nmin_free_percent = 0\n\
+                 [network]\nconf_dir = {:?}\n\
+                 bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n",
                 d.cgroup_parent, d.cni_conf, fixtures
             ),
         )
