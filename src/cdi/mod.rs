@@ -125,6 +125,23 @@ pub struct InjectedDevice {
 }
 
 impl Resolved {
+    /// The devices whose edits (their own or their file's) hold poststop hooks, which crust
+    /// does not run: libcontainer 0.7 runs them only in its `delete`, and crust removes a
+    /// container's libcontainer state itself.
+    pub fn with_poststop_hooks(&self) -> Vec<&ResolvedDevice> {
+        let poststop = |e: &ContainerEdits| e.hooks.iter().any(|h| h.hook_name == "poststop");
+        self.devices
+            .iter()
+            .filter(|d| {
+                poststop(&d.edits)
+                    || self
+                        .spec_edits
+                        .iter()
+                        .any(|(f, e)| *f == d.file && poststop(e))
+            })
+            .collect()
+    }
+
     pub fn injected(&self) -> Vec<InjectedDevice> {
         self.devices
             .iter()
