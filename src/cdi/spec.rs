@@ -284,6 +284,13 @@ fn validate_edits(e: &ContainerEdits) -> Result<(), String> {
         if let Some(env) = h.env.iter().find(|v| !v.contains('=')) {
             return Err(format!("hooks {}: env {env:?} is not NAME=value", h.path));
         }
+        // The OCI runtime spec: a timeout, when set, is more than zero seconds.
+        if h.timeout.is_some_and(|t| t <= 0) {
+            return Err(format!(
+                "hooks {}: timeout must be more than 0 seconds",
+                h.path
+            ));
+        }
     }
     for m in &e.mounts {
         if m.host_path.is_empty() {
@@ -531,6 +538,11 @@ containerEdits:
                 "path: /usr/bin/gpu-hook",
                 "path: gpu-hook",
                 "is not absolute",
+            ),
+            (
+                "args: [gpu-hook, create]",
+                "args: [gpu-hook, create]\n      timeout: 0",
+                "timeout must be more than 0 seconds",
             ),
             (
                 "containerPath: /usr/lib/gpu",
