@@ -204,6 +204,41 @@ mod tests {
     }
 
     #[test]
+    fn devices_with_poststop_hooks_are_found_in_their_own_edits_or_their_file() {
+        let hook = |name: &str| spec::Hook {
+            hook_name: name.into(),
+            path: "/h".into(),
+            ..Default::default()
+        };
+        let edits = |hooks: Vec<spec::Hook>| ContainerEdits {
+            hooks,
+            ..Default::default()
+        };
+        let device = |name: &str, file: &str, e: ContainerEdits| ResolvedDevice {
+            name: name.into(),
+            file: file.into(),
+            edits: e,
+        };
+        let resolved = Resolved {
+            devices: vec![
+                device("a.com/x=own", "/a.json", edits(vec![hook("poststop")])),
+                device("a.com/x=other", "/a.json", edits(vec![hook("poststart")])),
+                device("b.com/x=file", "/b.json", edits(vec![])),
+            ],
+            spec_edits: vec![
+                ("/a.json".into(), edits(vec![hook("createRuntime")])),
+                ("/b.json".into(), edits(vec![hook("poststop")])),
+            ],
+        };
+        let names: Vec<&str> = resolved
+            .with_poststop_hooks()
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(names, ["a.com/x=own", "b.com/x=file"]);
+    }
+
+    #[test]
     fn messages_name_the_device_and_the_places() {
         let e = CdiError::Unknown {
             name: "a.com/x=0".into(),
