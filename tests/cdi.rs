@@ -2,7 +2,8 @@
 //! into the daemon's own spec directories (`cdi_spec_dirs`), requested through
 //! `ContainerConfig.CDI_devices` and `cdi.k8s.io/*` annotations, and every edit seen from
 //! inside the container (device node, its owner and its device cgroup rule, mount, env,
-//! additional GIDs) and on the host (the OCI hooks libcontainer runs, each leaving a mark).
+//! additional GIDs) and on the host (the OCI hooks libcontainer runs, and the poststop hooks crust
+//! runs itself, each leaving a mark).
 
 mod common;
 
@@ -137,6 +138,8 @@ async fn every_edit_of_a_cdi_device_reaches_the_container() {
                  "env": ["PATH=/usr/bin:/bin"]},
                 {"hookName": "poststart", "path": hook, "args": ["hook.sh", "poststart"],
                  "env": ["PATH=/usr/bin:/bin"]},
+                {"hookName": "poststop", "path": hook, "args": ["hook.sh", "poststop"],
+                 "env": ["PATH=/usr/bin:/bin"]},
                 {"hookName": "startContainer", "path": "/bin/sh",
                  "args": ["sh", "-c", "echo started > /tmp/start-mark"]}
             ]
@@ -260,6 +263,22 @@ async fn every_edit_of_a_cdi_device_reaches_the_container() {
             {"name": "crust.test/net=null0", "specFile": file},
         ])
     );
+    assert_eq!(
+        cdi.mark("poststop", "state"),
+        None,
+        "not before the removal"
+    );
+    e.stop(&id, 0).await;
+    e.remove(&id).await;
+    // poststop: once the container is gone, before RemoveContainer returns, in the node's
+    // mount namespace, with the container's state.
+    let state: serde_json::Value =
+        serde_json::from_str(&cdi.mark("poststop", "state").unwrap()).unwrap();
+    assert_eq!(
+        (&state["id"], &state["status"]),
+        (&id.as_str().into(), &"stopped".into())
+    );
+    assert_eq!(cdi.mark("poststop", "mnt").unwrap().trim(), host_mnt);
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
 }

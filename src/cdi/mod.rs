@@ -125,23 +125,6 @@ pub struct InjectedDevice {
 }
 
 impl Resolved {
-    /// The devices whose edits (their own or their file's) hold poststop hooks, which crust
-    /// does not run: libcontainer 0.7 runs them only in its `delete`, and crust removes a
-    /// container's libcontainer state itself.
-    pub fn with_poststop_hooks(&self) -> Vec<&ResolvedDevice> {
-        let poststop = |e: &ContainerEdits| e.hooks.iter().any(|h| h.hook_name == "poststop");
-        self.devices
-            .iter()
-            .filter(|d| {
-                poststop(&d.edits)
-                    || self
-                        .spec_edits
-                        .iter()
-                        .any(|(f, e)| *f == d.file && poststop(e))
-            })
-            .collect()
-    }
-
     pub fn injected(&self) -> Vec<InjectedDevice> {
         self.devices
             .iter()
@@ -201,41 +184,6 @@ mod tests {
         let bad: BTreeMap<String, String> = [("cdi.k8s.io/p".to_owned(), "gpu0".to_owned())].into();
         let err = requested(&[], &bad).unwrap_err().to_string();
         assert_eq!(err, "CDI device \"gpu0\": is not vendor.com/class=name");
-    }
-
-    #[test]
-    fn devices_with_poststop_hooks_are_found_in_their_own_edits_or_their_file() {
-        let hook = |name: &str| spec::Hook {
-            hook_name: name.into(),
-            path: "/h".into(),
-            ..Default::default()
-        };
-        let edits = |hooks: Vec<spec::Hook>| ContainerEdits {
-            hooks,
-            ..Default::default()
-        };
-        let device = |name: &str, file: &str, e: ContainerEdits| ResolvedDevice {
-            name: name.into(),
-            file: file.into(),
-            edits: e,
-        };
-        let resolved = Resolved {
-            devices: vec![
-                device("a.com/x=own", "/a.json", edits(vec![hook("poststop")])),
-                device("a.com/x=other", "/a.json", edits(vec![hook("poststart")])),
-                device("b.com/x=file", "/b.json", edits(vec![])),
-            ],
-            spec_edits: vec![
-                ("/a.json".into(), edits(vec![hook("createRuntime")])),
-                ("/b.json".into(), edits(vec![hook("poststop")])),
-            ],
-        };
-        let names: Vec<&str> = resolved
-            .with_poststop_hooks()
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect();
-        assert_eq!(names, ["a.com/x=own", "b.com/x=file"]);
     }
 
     #[test]

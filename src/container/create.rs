@@ -61,16 +61,7 @@ impl Containers {
             return Ok(Resolved::default());
         }
         let dirs = self.ctx.cdi_spec_dirs.clone();
-        let resolved = blocking(move || crate::cdi::Registry::load(&dirs).resolve(&names)).await?;
-        for d in resolved.with_poststop_hooks() {
-            tracing::warn!(
-                device = %d.name,
-                spec = %d.file.display(),
-                "the CDI device's poststop hooks will not run (libcontainer runs them only when \
-                 it deletes a container, which crust does itself)"
-            );
-        }
-        Ok(resolved)
+        blocking(move || crate::cdi::Registry::load(&dirs).resolve(&names)).await
     }
 
     async fn create_reserved(
