@@ -58,6 +58,9 @@ pub struct Config {
     pub default_runtime_handler: String,
     /// Runtime handlers a pod may ask for.
     pub runtime_handlers: Vec<String>,
+    /// CDI spec directories, read at every CreateContainer that asks for CDI devices; a device
+    /// in a later directory wins over the same device in an earlier one.
+    pub cdi_spec_dirs: Vec<PathBuf>,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
@@ -231,6 +234,7 @@ impl Default for Config {
             default_cgroup_parent: "/crust".into(),
             default_runtime_handler: "runc".into(),
             runtime_handlers: vec!["runc".into()],
+            cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
@@ -380,6 +384,12 @@ impl Config {
                     dir.display()
                 ));
             }
+        }
+        if let Some(dir) = self.cdi_spec_dirs.iter().find(|d| !d.is_absolute()) {
+            return invalid(format!(
+                "cdi_spec_dirs must hold absolute paths, got {}",
+                dir.display()
+            ));
         }
         if self.root == self.state {
             return invalid("root and state must be different directories".into());

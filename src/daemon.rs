@@ -147,11 +147,12 @@ async fn start_containers(
     sandboxes: &Arc<Sandboxes>,
     images: &Arc<crate::image::Images>,
 ) -> Result<Arc<Containers>, DaemonError> {
-    let ctx = ContainerContext::new(
+    let mut ctx = ContainerContext::new(
         &config.state,
         &config.root,
         sandboxes.context().cgroups.clone(),
     );
+    ctx.cdi_spec_dirs = config.cdi_spec_dirs.clone();
     ctx.prepare_dirs().map_err(io(
         "creating the container directories under",
         &config.state,

@@ -3,7 +3,8 @@
 //! metrics, crictl, and what is left on the host afterwards. One kubelet runs the whole story:
 //! probes, a crash loop, an OOM kill, init containers sharing an emptyDir, a host-network pod,
 //! a pod sharing its PID namespace whose CAP_SYS_PTRACE container cannot reach the node through
-//! PID 1, crust killed and restarted under it, a liveness failure, and the pods removed.
+//! PID 1, crust killed and restarted under it, a liveness failure, and the pods removed. A
+//! second kubelet takes devices from a device plugin that hands them out as CDI names.
 
 mod common;
 
@@ -388,4 +389,192 @@ async fn kubelet_runs_static_pods_on_crust() {
     }
     e.d.assert_clean();
     assert!(k.pod_cgroups().is_empty(), "{:?}", k.pod_cgroups());
+}
+
+/// The device plugin of `tests/fixtures/device-plugin`, killed with the test.
+struct DevicePlugin(std::process::Child);
+
+impl Drop for DevicePlugin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A device plugin (k8s.io/kubelet's API) advertises two `crust.test/dev` devices and answers
+/// Allocate with CDI names only; crust finds them in the CDI spec the test wrote (the driver's
+/// part) and the pod's container gets the device node and env. A pod asking for more devices
+/// than the node has is refused by kubelet's admission, and crust never sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_gives_device_plugin_devices_through_cdi() {
+    let mut cdi_dir = None;
+    let e = Env::start_with(|d| {
+        let dir = d.dir.join("cdi");
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = std::fs::read_to_string(&d.config).unwrap();
+        std::fs::write(&d.config, format!("cdi_spec_dirs = [{dir:?}]\n{text}")).unwrap();
+        cdi_dir = Some(dir);
+    })
+    .await;
+    let cdi_dir = cdi_dir.unwrap();
+    let mut devices = Vec::new();
+    for n in 0..2 {
+        let node = cdi_dir.join(format!("node{n}"));
+        common::sh("mknod", &[node.to_str().unwrap(), "c", "1", "3"]);
+        devices.push(
+            serde_json::json!({"name": format!("dev{n}"), "containerEdits": {
+                "env": [format!("CRUST_DEV=dev{n}")],
+                "deviceNodes": [{"path": format!("/dev/crust-dev{n}"), "hostPath": node}],
+            }}),
+        );
+    }
+    let spec =
+        serde_json::json!({"cdiVersion": "0.6.0", "kind": "crust.test/dev", "devices": devices});
+    let spec_file = cdi_dir.join("crust-test-dev.json");
+    std::fs::write(&spec_file, spec.to_string()).unwrap();
+
+    let plugins = e.d.dir.join("device-plugins");
+    let k = Kubelet::start_with_device_plugins(&e.d, &plugins);
+    // kubelet's registration socket comes up after its healthz does.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !plugins.join("kubelet.sock").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no kubelet.sock in 60 s; kubelet log:\n{}",
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let plugin = Command::new(common::tools::device_plugin())
+        .arg("--dir")
+        .arg(&plugins)
+        .args(["--devices", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(k.dir.join("device-plugin.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _plugin = DevicePlugin(plugin);
+    // kubelet checkpoints the healthy devices of a resource once the plugin listed them.
+    let checkpoint = plugins.join("kubelet_internal_checkpoint");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let registered = std::fs::read_to_string(&checkpoint)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|c| {
+                c["Data"]["RegisteredDevices"]["crust.test/dev"]
+                    .as_array()
+                    .map(Vec::len)
+            });
+        if registered == Some(2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubelet did not list the plugin's devices; plugin log:\n{}\nkubelet log:\n{}",
+            std::fs::read_to_string(k.dir.join("device-plugin.log")).unwrap_or_default(),
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let pod = |name: &str, count: u32| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  \
+             terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {}\n    \
+             command: [sleep, \"3600\"]\n    resources: {{limits: {{crust.test/dev: {count}}}}}\n",
+            e.image
+        )
+    };
+    k.put("gpu", &pod("gpu", 1));
+    let status = k.wait_pod("gpu", "running", |s| running(s, "main"));
+    let id = crust_id(&status, "main");
+    let mut c = e.d.client().await;
+    let out = c
+        .exec_sync(pb::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), "env; ls /dev".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let dev = out
+        .lines()
+        .find_map(|l| l.strip_prefix("CRUST_DEV="))
+        .unwrap_or_else(|| panic!("no CRUST_DEV in the container: {out}"))
+        .to_owned();
+    assert!(
+        out.lines().any(|l| l == format!("crust-{dev}")),
+        "/dev/crust-{dev}: {out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("crust-dev")).count(),
+        1,
+        "one device only: {out}"
+    );
+    let info = crictl(&e, &["inspect", &id]);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(
+        info["info"]["cdiDevices"],
+        serde_json::json!([{"name": format!("crust.test/dev={dev}"), "specFile": spec_file}])
+    );
+
+    // Three devices on a node of two: kubelet refuses the pod before asking crust for anything.
+    k.put("greedy", &pod("greedy", 3));
+    let refused = k.wait_pod("greedy", "refused", |s| s["phase"] == "Failed");
+    let reason = refused["reason"].as_str().unwrap_or_default();
+    assert!(
+        ["OutOfcrust.test/dev", "UnexpectedAdmissionError"].contains(&reason),
+        "{refused:#}"
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("crust.test/dev"),
+        "{refused:#}"
+    );
+    let sandboxes = c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    let names: Vec<String> = sandboxes
+        .iter()
+        .filter_map(|s| s.metadata.as_ref().map(|m| m.name.clone()))
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("greedy")), "{names:?}");
+    let containers = c
+        .list_containers(pb::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(
+        containers.len(),
+        1,
+        "only the gpu pod's container: {containers:?}"
+    );
+
+    k.remove("gpu");
+    k.remove("greedy");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pods left; kubelet log:\n{}",
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

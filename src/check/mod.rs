@@ -3,6 +3,7 @@
 //! works but disables a feature or is close to a limit; a `FAIL` line, something in the way.
 
 mod containers;
+mod devices;
 
 use std::path::Path;
 
@@ -38,6 +39,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("mounts", containers::mount_setattr()),
         ("pids", containers::pid_headroom()),
         ("cni", cni(config).into()),
+        ("cdi", devices::cdi(&config.cdi_spec_dirs)),
         ("storage", storage(config).into()),
         ("mirrors", mirrors(config).into()),
         ("leftovers", leftovers(&config.state)),

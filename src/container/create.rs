@@ -11,6 +11,7 @@ use super::{
     ContainerError, ContainerRecord, Containers, ImageInfo, Phase, blocking, detached, monitor_of,
     now_nanos, rootfs, teardown,
 };
+use crate::cdi::Resolved;
 use crate::model::NamespaceMode;
 use crate::model::{ContainerSpec, ResolvedUser};
 use crate::monitor::CreateRequest;
@@ -39,15 +40,28 @@ impl Containers {
         if !pod.phase.is_ready() {
             return Err(ContainerError::PodNotReady(pod.id.clone()));
         }
+        // Before anything is made: a device that cannot be given refuses the request whole.
+        let cdi = self.resolve_cdi(&spec).await?;
         let id = crate::model::new_id();
         tracing::Span::current().record("container_id", id.as_str());
         self.reserve(&pod.id, &spec.metadata, &id)?;
         let meta = spec.metadata.clone();
-        let result = self.create_reserved(&pod, id.clone(), spec).await;
+        let result = self.create_reserved(&pod, id.clone(), spec, cdi).await;
         if result.is_err() {
             self.release_name(&pod.id, &meta, &id);
         }
         result.map(|()| id)
+    }
+
+    /// The CDI devices the request names, resolved against the spec directories as they are
+    /// now (a driver may have written a spec a moment ago).
+    async fn resolve_cdi(&self, spec: &ContainerSpec) -> Result<Resolved, ContainerError> {
+        let names = crate::cdi::requested(&spec.cdi_devices, &spec.annotations)?;
+        if names.is_empty() {
+            return Ok(Resolved::default());
+        }
+        let dirs = self.ctx.cdi_spec_dirs.clone();
+        blocking(move || crate::cdi::Registry::load(&dirs).resolve(&names)).await
     }
 
     async fn create_reserved(
@@ -55,8 +69,10 @@ impl Containers {
         pod: &SandboxRecord,
         id: String,
         spec: ContainerSpec,
+        cdi: Resolved,
     ) -> Result<(), ContainerError> {
         let mut record = plan(self, pod, id, spec);
+        record.cdi_devices = cdi.injected();
         let dir = self.ctx.container_dir(&record.id);
         let saved = crate::durable::create_dir_all(&dir)
             .map_err(|source| ContainerError::Io {
@@ -79,7 +95,7 @@ impl Containers {
             });
         }
         crate::failpoint!("container.create.after_creating_record");
-        let built = self.build(pod, &mut record).await.and_then(|()| {
+        let built = self.build(pod, &mut record, &cdi).await.and_then(|()| {
             record.phase = Phase::Created;
             crate::store::save(&self.ctx.record_path(&record.id), &record)
                 .map_err(|e| ("save the container record", e.into()))
@@ -101,7 +117,12 @@ impl Containers {
         Ok(())
     }
 
-    async fn build(&self, pod: &SandboxRecord, record: &mut ContainerRecord) -> Result<(), Step> {
+    async fn build(
+        &self,
+        pod: &SandboxRecord,
+        record: &mut ContainerRecord,
+        cdi: &Resolved,
+    ) -> Result<(), Step> {
         let monitor = monitor_of(pod).map_err(|e| ("reach the pod's monitor", e))?;
         let (images, id, image) = (
             self.images.clone(),
@@ -145,6 +166,7 @@ impl Containers {
                 rootfs: &layout.rootfs,
                 cgroup: &record.cgroup,
                 target_pid_ns,
+                cdi,
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;
@@ -280,6 +302,7 @@ fn plan(
         log_path,
         own_pid_namespace,
         image_volumes: Default::default(),
+        cdi_devices: Vec::new(),
         spec,
         id,
     }

@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bundle::{host, prepare, rootfs, volumes};
+use bundle::{host, poststop, prepare, rootfs, volumes};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
 pub use io::interactive;
@@ -78,6 +78,8 @@ pub enum ContainerError {
     Image(#[from] crate::image::ImageError),
     #[error(transparent)]
     Spec(#[from] crate::oci::SpecError),
+    #[error(transparent)]
+    Cdi(#[from] crate::cdi::CdiError),
     /// The container's state does not allow the request.
     #[error("container {id} is {state}: cannot {what}")]
     State {
@@ -161,6 +163,8 @@ pub struct ContainerContext {
     pub monitor_timeout: Duration,
     /// Bytes of stdout and of stderr an ExecSync returns.
     pub max_exec_output: usize,
+    /// Where CDI specs are read from, later directories winning (`cdi_spec_dirs`).
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl ContainerContext {
@@ -177,6 +181,7 @@ impl ContainerContext {
             cgroups,
             monitor_timeout: Duration::from_secs(30),
             max_exec_output: 16 << 20,
+            cdi_spec_dirs: crate::config::Config::default().cdi_spec_dirs,
         }
     }
 

@@ -58,6 +58,9 @@ pub struct ContainerRecord {
     /// The image id each image volume mounts, by container path.
     #[serde(default)]
     pub image_volumes: BTreeMap<String, String>,
+    /// The CDI devices it got, each with the spec file it came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdi_devices: Vec<crate::cdi::InjectedDevice>,
 }
 
 impl crate::store::Record for ContainerRecord {

@@ -132,6 +132,7 @@ impl Containers {
             cgroup: String::new(),
             own_pid_namespace: true,
             image_volumes: Default::default(),
+            cdi_devices: Vec::new(),
             id,
         }
     }

@@ -17,6 +17,8 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
     }
     drop(forgotten);
     crate::failpoint!("container.teardown.after_forget");
+    // Its processes are gone: the OCI spec's poststop hooks run now, before anything goes.
+    super::poststop::run(&c.ctx.container_dir(&record.id), &record.id).await;
     let (ctx, images, id, cgroup, record) = (
         c.ctx.clone(),
         c.images.clone(),

@@ -102,6 +102,8 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Image(_) => Code::FailedPrecondition,
         ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
         ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::Cdi(e) if e.is_host_limit() => Code::FailedPrecondition,
+        ContainerError::Cdi(_) => Code::InvalidArgument,
         ContainerError::PodNotReady(_) | ContainerError::State { .. } => Code::FailedPrecondition,
         ContainerError::Create { source, .. } => container_code(source),
         ContainerError::Monitor { source, .. } => monitor_code(source),

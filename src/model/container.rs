@@ -68,6 +68,9 @@ pub struct ContainerSpec {
     pub envs: Vec<(String, String)>,
     pub mounts: Vec<MountSpec>,
     pub devices: Vec<DeviceSpec>,
+    /// CDI devices by qualified name (`vendor.com/class=name`), as `CDI_devices` lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cdi_devices: Vec<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// Relative to the pod's log directory; empty: no log file.

@@ -31,6 +31,20 @@ pub struct Kubelet {
 impl Kubelet {
     /// Starts kubelet against `d`'s socket and waits for its healthz.
     pub fn start(d: &Daemon) -> Kubelet {
+        Kubelet::start_with(d, None)
+    }
+
+    /// Starts kubelet with `device_plugins` as its device plugin directory: kubelet has that
+    /// directory at a fixed path, `/var/lib/kubelet/device-plugins` (no flag moves it, and every
+    /// kubelet of the machine shares it), so this kubelet runs in a mount namespace of its own
+    /// (host mounts still reach it) where the test's directory is bound over that path. The
+    /// mount point is created if it is missing, as any kubelet creates it.
+    pub fn start_with_device_plugins(d: &Daemon, device_plugins: &std::path::Path) -> Kubelet {
+        std::fs::create_dir_all(device_plugins).unwrap();
+        Kubelet::start_with(d, Some(device_plugins))
+    }
+
+    fn start_with(d: &Daemon, device_plugins: Option<&std::path::Path>) -> Kubelet {
         let binary = super::tools::kubelet();
         let dir = d.dir.join("kubelet");
         let manifests = dir.join("manifests");
@@ -77,7 +91,21 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
         );
         std::fs::write(dir.join("config.yaml"), config).unwrap();
         let log = std::fs::File::create(dir.join("kubelet.log")).unwrap();
-        let child = Command::new(&binary)
+        let mut command = match device_plugins {
+            None => Command::new(&binary),
+            Some(dir) => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "slave", "--", "sh", "-euc"])
+                    .arg(
+                        "mkdir -p /var/lib/kubelet/device-plugins && \
+                         mount --bind \"$0\" /var/lib/kubelet/device-plugins && exec \"$@\"",
+                    )
+                    .arg(dir)
+                    .arg(&binary);
+                c
+            }
+        };
+        let child = command
             .arg("--config")
             .arg(dir.join("config.yaml"))
             .arg("--root-dir")

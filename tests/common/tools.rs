@@ -1,7 +1,8 @@
 //! Real Kubernetes clients for the tests: crictl (sigs.k8s.io/cri-tools v1.37.0, pinned in
 //! hack/tools and built by hack/build-tools.sh), a small client-go program
-//! (`tests/fixtures/stream-client`) and a static probe mounted into containers
-//! (`tests/fixtures/probe`), each built once with Go into `target/tools`. Without Go the tests
+//! (`tests/fixtures/stream-client`), a static probe mounted into containers
+//! (`tests/fixtures/probe`) and a device plugin (`tests/fixtures/device-plugin`), each built
+//! once with Go into `target/tools`. Without Go the tests
 //! fail saying so: a skip is never a pass.
 #![allow(dead_code)]
 
@@ -97,6 +98,15 @@ pub fn stream_client() -> PathBuf {
 pub fn probe() -> PathBuf {
     let out = tools_dir().join("probe");
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/probe");
+    go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
+    out
+}
+
+/// The device plugin of `tests/fixtures/device-plugin` (k8s.io/kubelet's v1beta1 API): it
+/// advertises `crust.test/dev` and answers Allocate with CDI device names.
+pub fn device_plugin() -> PathBuf {
+    let out = tools_dir().join("device-plugin");
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/device-plugin");
     go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
     out
 }

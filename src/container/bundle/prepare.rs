@@ -33,6 +33,8 @@ pub struct Inputs<'a> {
     pub cgroup: &'a str,
     /// `/proc/<pid>/ns/pid` of the container a `Target` PID mode names.
     pub target_pid_ns: Option<PathBuf>,
+    /// The request's CDI devices, resolved before anything was made.
+    pub cdi: &'a crate::cdi::Resolved,
 }
 
 pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, ContainerError> {
@@ -78,7 +80,10 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
         seccomp_localhost: seccomp.as_ref(),
         host: &host,
     };
-    let built = oci::build(&input)?;
+    let mut built = oci::build(&input)?;
+    // After the spec is whole: CDI edits replace what they name (a device node, a mount, an
+    // env variable) and see the resolved user, whom unowned device nodes go to.
+    crate::cdi::apply(inputs.cdi, &mut built)?;
     let stop_signal = oci::stop_signal(&spec.stop_signal, &config.stop_signal)?;
     make_volume_dirs(inputs.rootfs, config.volumes.keys(), &mounts);
     Ok(Prepared {

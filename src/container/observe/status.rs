@@ -80,6 +80,7 @@ impl Containers {
             "user": record.user,
             "stopSignal": record.stop_signal,
             "exit": record.exit,
+            "cdiDevices": record.cdi_devices,
             "runtimeSpec": spec,
             "config": record.spec,
         })

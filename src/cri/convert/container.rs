@@ -53,6 +53,7 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
                 permissions: d.permissions,
             })
             .collect(),
+        cdi_devices: config.cdi_devices.into_iter().map(|d| d.name).collect(),
         labels: config.labels.into_iter().collect(),
         annotations: config.annotations.into_iter().collect(),
         log_path: config.log_path,
