@@ -50,7 +50,10 @@ pub async fn run(dir: &Path, id: &str) {
             );
         }
     }
-    if let Err(e) = tokio::fs::write(&done, b"").await {
+    let written = tokio::task::spawn_blocking(move || crate::durable::write(&done, b""))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+    if let Err(e) = written {
         tracing::warn!(container_id = id, error = %e, "recording that the poststop hooks ran");
     }
 }
