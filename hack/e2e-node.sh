@@ -31,7 +31,7 @@
 # on this host is a fact of the host.
 #
 # Usage: hack/e2e-node.sh [ginkgo flags...]   e.g. hack/e2e-node.sh --focus='Probing'
-#   (specs outside that focus are reported as not run; the skip list applies as always)
+#   (selected specs outside that focus are reported as not run; the skip list applies as always)
 # Env: E2E_RUNTIME (crust, the default, or containerd), CRUST_BIN (default target/debug/crust),
 #      E2E_PROCS (ginkgo processes, default 8), E2E_SKIPS (default e2e-node-config/skips.txt),
 #      E2E_TIMEOUT (ginkgo's, default 2h), E2E_KEEP=1 (keep the work dir's logs as they are:
@@ -75,10 +75,13 @@ skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s
     | if (.reason | test("^(not built yet|host): .")) then . else
         error("the reason is \"not built yet: ...\" or \"host: ...\": " + .reason) end)
 ') || fail "$skips_file: malformed line (each is '<regex> | <reason>')"
-# The selection, as containerd's and CRI-O's node conformance jobs make it.
+# The selection, as containerd's and CRI-O's node conformance jobs make it: by the specs'
+# labels (which their texts repeat in brackets, as the verdict below reads them), so that a
+# --focus given on the command line narrows it.
+labels='NodeConformance && !Flaky && !Slow && !Serial'
 focus='\[NodeConformance\]'
 unselected='\[Flaky\]|\[Slow\]|\[Serial\]'
-skip_args=("--skip=$unselected")
+skip_args=()
 while IFS= read -r re; do skip_args+=("--skip=$re"); done < <(jq -r '.[].regex' <<<"$skips_json")
 
 # --- one run at a time on this machine: the suite's kubelet has fixed ports and /var/lib/kubelet
@@ -164,9 +167,12 @@ if [ "$runtime" = crust ]; then
     printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d"
   } > "$work/crust.toml"
   desc="crust $("$crust" version | awk '{print $2}') ($crust)"
+  # A copy of its own: crust starts its monitors from its own executable, which a cargo build
+  # during the run would replace.
+  install -m 755 "$crust" "$work/crust"
   (
     for h in $(cgroup_roots); do echo "$BASHPID" > "$h$runtime_cgroup/cgroup.procs"; done
-    exec "$crust" serve --config "$work/crust.toml" --listen "$sock" --root "$base/crust" \
+    exec "$work/crust" serve --config "$work/crust.toml" --listen "$sock" --root "$base/crust" \
       --state "$state/crust" --log-level info
   ) > "$work/crust.log" 2>&1 &
   rt_pid=$!
@@ -212,7 +218,7 @@ set +e
 (
   cd "$work/run"
   PATH=$work/bin "$tools/ginkgo" --nodes="$procs" --no-color --timeout="${E2E_TIMEOUT:-2h}" \
-    --focus="$focus" "${skip_args[@]}" --json-report=report.json --output-dir="$work/report" \
+    --label-filter="$labels" "${skip_args[@]}" --json-report=report.json --output-dir="$work/report" \
     "$@" "$tools/e2e_node.test" -- \
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
     --prepull-images=false --report-dir="$work/report" \
