@@ -4,8 +4,10 @@
 # ../shared/tools/offline-registry.sh serves on 127.0.0.1:5000 (host dropped, path kept: a
 # runtime mirrors each upstream host to it).
 #
-# - The busybox-based ones (busybox, nginx, nonewprivs, nonroot, ipc-utils, pause) are rows of
+# - The plainer ones (nginx, nonewprivs, nonroot, ipc-utils, pause) are rows of
 #   e2e-node-config/offline-images.txt, built by the registry script (OFFLINE_REGISTRY_EXTRA).
+# - busybox is built here: the registry's busybox base with the shell layer below (a /bin/sh
+#   that passes every environment variable on, and nmeter).
 # - agnhost is built here from its source in the pinned k8s.io/kubernetes module (the binary
 #   comes from hack/build-tools.sh e2e-node), laid out as its Dockerfile has it: /agnhost as
 #   the entrypoint (CMD pause), the /agnhost-2 link, /uploads, porter's localhost.crt and .key,
@@ -77,7 +79,7 @@ deb() { # package: extracts Debian's .deb (downloaded once into the cache) and p
 copy_with_libs() { # binary dest-root dest-path: the binary and every library it links
   local bin=$1 root=$2 dest=$3 lib
   install -D -m 755 "$bin" "$root$dest"
-  for lib in $(ldd "$bin" | awk '/=> \// {print $3} /^\s*\/lib/ {print $1}'); do
+  for lib in $(ldd "$bin" | awk '/=> \// {print $3} /^[ \t]*\// {print $1}'); do
     # (a library the base layer already has is not copied again)
     [ -e "$root$lib" ] || [ -e "$L/base$lib" ] || install -D -m 755 "$(readlink -f "$lib")" "$root$lib"
   done
@@ -93,23 +95,33 @@ make_base() { # busybox (Debian's dynamic build) and glibc, passwd and group, ip
   for app in $("$bb" --list); do
     [ "$app" = busybox ] || [ -e "$B/bin/$app" ] || ln "$B/bin/busybox" "$B/bin/$app"
   done
+  # busybox's own image's users and groups
   cat > "$B/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/sh
 daemon:x:1:1:daemon:/usr/sbin:/bin/false
 bin:x:2:2:bin:/bin:/bin/false
+sys:x:3:3:sys:/dev:/bin/false
+sync:x:4:100:sync:/bin:/bin/sync
+mail:x:8:8:mail:/var/spool/mail:/bin/false
+www-data:x:33:33:www-data:/var/www:/bin/false
+operator:x:37:37:Operator:/var:/bin/false
 nobody:x:65534:65534:nobody:/home:/bin/false
-user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh
 EOF
   cat > "$B/etc/group" <<'EOF'
 root:x:0:
 daemon:x:1:
 bin:x:2:
+sys:x:3:
+adm:x:4:
+tty:x:5:
+disk:x:6:
+wheel:x:10:root
+mail:x:8:
+www-data:x:33:
+operator:x:37:
+users:x:100:
 nogroup:x:65534:
-user-defined-in-image:x:1000:
-group-defined-in-image:x:50000:user-defined-in-image
 EOF
-  mkdir -p "$B/home/user-defined-in-image"
-  chown 1000:1000 "$B/home/user-defined-in-image"
   cat > "$B/bin/ipcs" <<'EOF'
 #!/bin/sh
 # minimal ipcs stand-in reading /proc/sysvipc (-m: shared memory segments)
@@ -117,6 +129,55 @@ printf '\n------ Shared Memory Segments --------\nkey        shmid      owner   
 awk 'NR>1 {printf "0x%08x %-10s %-10s %-10s %-10s %-10s\n",$1,$2,$8,$3,$4,$7}' /proc/sysvipc/shm
 EOF
   chmod 755 "$B/bin/ipcs"
+}
+
+# The shell of the busybox stand-ins, and what Debian's busybox lacks that the suite runs:
+# - sh: Debian's busybox ash drops environment variables whose names are no shell identifier
+#   (data-1=value-1, from a ConfigMap or Secret through envFrom) before it runs a command, where
+#   the upstream images' shells pass them on (the specs run `sh -c env`): bash, which passes
+#   them, is /bin/sh.
+# - nmeter, of which the sidecar lifecycle specs use `nmeter -d0 '%3t'` for a timestamp in
+#   milliseconds: a stand-in printing the time of day as HH:MM:SS.mmm, one line per -dN ms.
+make_shell() {
+  local S=$L/shell
+  copy_with_libs /bin/bash "$S" /bin/sh
+  mkdir -p "$work/build/src"
+  cat > "$work/build/src/nmeter.c" <<'EOF2'
+/* nmeter stand-in: `nmeter [-dMSEC] FORMAT`, FORMAT's %[N]t the time of day with N decimals. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  long delay = 1000; const char *fmt = "%t";
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "-d", 2) == 0) delay = atol(argv[i][2] ? argv[i] + 2 : (i + 1 < argc ? argv[++i] : "1000"));
+    else fmt = argv[i];
+  }
+  for (;;) {
+    struct timeval tv; gettimeofday(&tv, NULL);
+    struct tm tm; localtime_r(&tv.tv_sec, &tm);
+    for (const char *p = fmt; *p; p++) {
+      if (*p == '%' && p[1] >= '0' && p[1] <= '9' && p[2] == 't') {
+        int n = p[1] - '0'; long frac = tv.tv_usec;
+        for (int k = n; k < 6; k++) frac /= 10;
+        printf("%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (n > 0) printf(".%0*ld", n > 6 ? 6 : n, frac);
+        p += 2;
+      } else if (*p == '%' && p[1] == 't') {
+        printf("%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec); p++;
+      } else putchar(*p);
+    }
+    putchar('\n');
+    if (fflush(stdout) != 0) return 0;
+    if (delay > 0) usleep(delay * 1000);
+  }
+}
+EOF2
+  mkdir -p "$S/bin"
+  gcc -static -O2 -s -Wall -o "$S/bin/nmeter" "$work/build/src/nmeter.c" || fail "building nmeter"
 }
 
 make_tools() { # curl and nc, as agnhost's image installs them
@@ -128,7 +189,15 @@ make_tools() { # curl and nc, as agnhost's image installs them
 
 make_agnhost() {
   local A=$L/agnhost
-  mkdir -p "$A/uploads"
+  mkdir -p "$A/uploads" "$A/etc" "$A/home/user-defined-in-image"
+  # adduser -u 1000 user-defined-in-image; addgroup -g 50000 group-defined-in-image; and the
+  # one in the other
+  cp "$L/base/etc/passwd" "$L/base/etc/group" "$A/etc/"
+  echo 'user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh' \
+    >> "$A/etc/passwd"
+  printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' \
+    >> "$A/etc/group"
+  chown 1000:1000 "$A/home/user-defined-in-image"
   install -m 755 "$agnhost_bin" "$A/agnhost"
   ln -s agnhost "$A/agnhost-2"
   install -m 644 "$k8s_dir/test/images/agnhost/porter/localhost.crt" "$A/localhost.crt"
@@ -158,19 +227,19 @@ layer_blob() { # layer directory name -> LDIGEST, LSIZE, LDIFF
 }
 json_blob() { printf '%s' "$1" > "$work/build/tmp.json"; put_blob "$work/build/tmp.json"; }
 
-# image ref layers entrypoint-json cmd-json: builds it into the layout and pushes it (if changed)
+# image ref layers entrypoint-json cmd-json [exposed-ports-json]: builds it into the layout and
+# pushes it (if changed)
 image() {
-  local ref=$1 layers=$2 ep=$3 cmd=$4 l diffs=() lyrs=() cfg cd cs md ms xd xs
+  local ref=$1 layers=$2 ep=$3 cmd=$4 ports=${5:-"{}"} l diffs=() lyrs=() cfg cd cs md ms xd xs
   for l in $layers; do
     layer_blob "$l"
     diffs+=("\"${LDIFF[$l]}\"")
     lyrs+=("{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"${LDIGEST[$l]}\",\"size\":${LSIZE[$l]}}")
   done
-  cfg=$(jq -cn --arg c "$created" --argjson ep "$ep" --argjson cmd "$cmd" \
+  cfg=$(jq -cn --arg c "$created" --argjson ep "$ep" --argjson cmd "$cmd" --argjson ports "$ports" \
     --argjson diffs "[$(IFS=,; echo "${diffs[*]}")]" '{created: $c, architecture: "amd64",
     os: "linux", config: {Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-    Entrypoint: $ep, Cmd: $cmd, WorkingDir: "/",
-    ExposedPorts: {"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}},
+    Entrypoint: $ep, Cmd: $cmd, WorkingDir: "/", ExposedPorts: $ports},
     rootfs: {type: "layers", diff_ids: $diffs}}')
   read -r cd cs < <(json_blob "$cfg")
   read -r md ms < <(json_blob "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"$cd\",\"size\":$cs},\"layers\":[$(IFS=,; echo "${lyrs[*]}")]}")
@@ -194,14 +263,22 @@ image() {
 }
 
 make_base
+make_shell
 make_tools
 make_agnhost
-image "e2e-test-images/agnhost:$agnhost_version" "base tools agnhost" '["/agnhost"]' '["pause"]'
+busybox_version=$(version_of BusyBox)
+[ -n "$busybox_version" ] || fail "no BusyBox version in $manifest"
+image "e2e-test-images/busybox:$busybox_version" "base shell" null '["sh"]'
+# The ports agnhost's Dockerfile exposes.
+agnhost_ports='{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}'
+image "e2e-test-images/agnhost:$agnhost_version" "base shell tools agnhost" '["/agnhost"]' \
+  '["pause"]' "$agnhost_ports"
 for i in Kitten Nautilus; do
   v=$(version_of "$i")
   [ -n "$v" ] || fail "no $i version in $manifest"
   n=$(echo "$i" | tr 'A-Z' 'a-z')
-  image "e2e-test-images/$n:$v" "base tools agnhost f-$n" '["/agnhost"]' '["test-webserver"]'
+  image "e2e-test-images/$n:$v" "base shell tools agnhost f-$n" '["/agnhost"]' \
+    '["test-webserver"]' "$agnhost_ports"
 done
 rm -rf "$work/build"
 log "ready on $addr"
