@@ -7,12 +7,13 @@
 # - The plainer ones (nginx, nonewprivs, nonroot, ipc-utils, pause) are rows of
 #   e2e-node-config/offline-images.txt, built by the registry script (OFFLINE_REGISTRY_EXTRA).
 # - busybox is built here: the registry's busybox base with the shell layer below (a /bin/sh
-#   that passes every environment variable on, and nmeter).
+#   that passes every environment variable on, and nmeter); glibc-dns-testing is that with
+#   Debian's hostname, whose -f asks glibc's resolver (/etc/hosts first).
 # - agnhost is built here from its source in the pinned k8s.io/kubernetes module (the binary
 #   comes from hack/build-tools.sh e2e-node), laid out as its Dockerfile has it: /agnhost as
 #   the entrypoint (CMD pause), the /agnhost-2 link, /uploads, porter's localhost.crt and .key,
 #   the user user-defined-in-image (uid 1000) in group-defined-in-image (gid 50000), on a
-#   busybox base with the tools the suite runs inside it: sh, Debian's curl and
+#   busybox base with the tools the suite runs inside it: sh, bash, Debian's curl and
 #   netcat-openbsd's nc (with the libraries they link), ipcs.
 #   The images built on agnhost (kitten, nautilus: CMD test-webserver) get a marker file each.
 # Every layer is a reproducible tar (fixed mtimes, sorted, numeric owners, gzip -n), pushed with
@@ -180,11 +181,19 @@ EOF2
   gcc -static -O2 -s -Wall -o "$S/bin/nmeter" "$work/build/src/nmeter.c" || fail "building nmeter"
 }
 
-make_tools() { # curl and nc, as agnhost's image installs them
+make_tools() { # curl, nc and bash, as agnhost's image installs them
   local T=$L/tools nc
   copy_with_libs "$(command -v curl)" "$T" /usr/bin/curl
+  copy_with_libs /bin/bash "$T" /bin/bash
   nc=$(deb netcat-openbsd)/bin/nc.openbsd
   copy_with_libs "$nc" "$T" /usr/bin/nc
+}
+
+make_glibc_dns() { # glibc-dns-testing: Debian's hostname (hostname -f through glibc's resolver)
+  local G=$L/glibc-dns
+  copy_with_libs "$(command -v hostname)" "$G" /bin/hostname
+  mkdir -p "$G/etc"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$G/etc/nsswitch.conf"
 }
 
 make_agnhost() {
@@ -265,10 +274,14 @@ image() {
 make_base
 make_shell
 make_tools
+make_glibc_dns
 make_agnhost
 busybox_version=$(version_of BusyBox)
 [ -n "$busybox_version" ] || fail "no BusyBox version in $manifest"
 image "e2e-test-images/busybox:$busybox_version" "base shell" null '["sh"]'
+glibc_dns_version=$(version_of GlibcDnsTesting)
+[ -n "$glibc_dns_version" ] || fail "no GlibcDnsTesting version in $manifest"
+image "e2e-test-images/glibc-dns-testing:$glibc_dns_version" "base shell glibc-dns" null '["sh"]'
 # The ports agnhost's Dockerfile exposes.
 agnhost_ports='{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}'
 image "e2e-test-images/agnhost:$agnhost_version" "base shell tools agnhost" '["/agnhost"]' \
