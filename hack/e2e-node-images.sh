@@ -7,7 +7,7 @@
 # - The plainer ones (nginx, nonewprivs, nonroot, ipc-utils, pause) are rows of
 #   e2e-node-config/offline-images.txt, built by the registry script (OFFLINE_REGISTRY_EXTRA).
 # - busybox is built here: the registry's busybox base with the shell layer below (a /bin/sh
-#   that passes every environment variable on, and nmeter); glibc-dns-testing is that with
+#   that passes every environment variable on, nmeter); glibc-dns-testing is that with
 #   Debian's hostname, whose -f asks glibc's resolver (/etc/hosts first).
 # - agnhost is built here from its source in the pinned k8s.io/kubernetes module (the binary
 #   comes from hack/build-tools.sh e2e-node), laid out as its Dockerfile has it: /agnhost as
@@ -135,14 +135,39 @@ EOF
 # The shell of the busybox stand-ins, and what Debian's busybox lacks that the suite runs:
 # - sh: Debian's busybox ash drops environment variables whose names are no shell identifier
 #   (data-1=value-1, from a ConfigMap or Secret through envFrom) before it runs a command, where
-#   the upstream images' shells pass them on (the specs run `sh -c env`): bash, which passes
-#   them, is /bin/sh.
+#   the upstream images' shells pass them on (the specs run `sh -c env`). /bin/sh is a small
+#   program that runs busybox's ash (so its messages are ash's, which a spec compares), or, when
+#   the environment holds such a name, bash as sh, which passes it on.
 # - nmeter, of which the sidecar lifecycle specs use `nmeter -d0 '%3t'` for a timestamp in
 #   milliseconds: a stand-in printing the time of day as HH:MM:SS.mmm, one line per -dN ms.
 make_shell() {
   local S=$L/shell
-  copy_with_libs /bin/bash "$S" /bin/sh
+  copy_with_libs /bin/bash "$S" /usr/libexec/stand-in/bash
   mkdir -p "$work/build/src"
+  cat > "$work/build/src/sh.c" <<'EOF2'
+/* /bin/sh: busybox ash, or bash (as sh) when the environment has a name ash would drop. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+extern char **environ;
+static int identifier(const char *e) {
+  const char *p = e;
+  if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || *p == '_')) return 0;
+  for (p++; *p && *p != '='; p++)
+    if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return 0;
+  return 1;
+}
+int main(int argc, char **argv) {
+  const char *shell = "/bin/busybox";
+  (void)argc;
+  for (char **e = environ; *e; e++)
+    if (strchr(*e, '=') && !identifier(*e)) { shell = "/usr/libexec/stand-in/bash"; break; }
+  argv[0] = "sh";
+  execv(shell, argv);
+  perror(shell);
+  return 127;
+}
+EOF2
   cat > "$work/build/src/nmeter.c" <<'EOF2'
 /* nmeter stand-in: `nmeter [-dMSEC] FORMAT`, FORMAT's %[N]t the time of day with N decimals. */
 #include <stdio.h>
@@ -179,6 +204,7 @@ int main(int argc, char **argv) {
 EOF2
   mkdir -p "$S/bin"
   gcc -static -O2 -s -Wall -o "$S/bin/nmeter" "$work/build/src/nmeter.c" || fail "building nmeter"
+  gcc -static -O2 -s -Wall -o "$S/bin/sh" "$work/build/src/sh.c" || fail "building sh"
 }
 
 make_tools() { # curl, nc and bash, as agnhost's image installs them

@@ -215,11 +215,15 @@ log "e2e_node.test ${tools##*/e2e-node-} against $desc, $procs processes, $(jq l
   "${skips_file#"$top"/}"
 start=$(date +%s)
 set +e
+# ginkgo runs a compiled suite in the suite's directory, where the suite writes its kubeconfig,
+# kubelet configuration and static pods: a link in the work dir keeps them out of the cache
+# (and --k8s-bin-dir names where the kubelet is).
+ln -s "$tools/e2e_node.test" "$work/run/e2e_node.test"
 (
   cd "$work/run"
   PATH=$work/bin "$tools/ginkgo" --nodes="$procs" --no-color --timeout="${E2E_TIMEOUT:-2h}" \
     --label-filter="$labels" "${skip_args[@]}" --json-report=report.json --output-dir="$work/report" \
-    "$@" "$tools/e2e_node.test" -- \
+    "$@" "$work/run/e2e_node.test" -- --k8s-bin-dir="$tools" \
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
     --prepull-images=false --report-dir="$work/report" \
     --kubelet-flags="${kubelet_flags[*]}"
