@@ -14,8 +14,8 @@
 #   gives kubelet), in a cgroup of its own (/crust-e2e-runtime in every hierarchy, which
 #   kubelet is told is the runtime's).
 # - kubelet: the suite's own configuration plus, for this host, the cgroupfs driver and
-#   --fail-cgroupv1=false (cgroup v1), and none of the suite's system cgroup (it would move
-#   every process of the machine into /system). The suite starts kubelet through systemd-run
+#   --fail-cgroupv1=false (cgroup v1), none of the suite's system cgroup (it would move every
+#   process of the machine into /system), and disk thresholds for a disk other builds share. The suite starts kubelet through systemd-run
 #   when it finds one, and systemd is not PID 1 here: it runs with a PATH that has every
 #   command of the host but systemd-run.
 #
@@ -39,6 +39,9 @@
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
+# The whole script is one block, read before it runs: a run takes half an hour, and bash reads
+# a script as it goes, so an edit during a run would change what it does next.
+{
 
 fail() { echo "e2e-node: FAILED: $*" >&2; exit 1; }
 log() { echo "e2e-node: $*" >&2; }
@@ -209,21 +212,27 @@ for i in $(seq 300); do
 done
 
 # --- the suite
+# The disk is shared with other builds (often over 90% full): disk pressure in absolute terms
+# (2 GiB), not the suite's 10%, which would evict the suite's pods, and no image garbage
+# collection, which would remove the images the specs are about to use.
 kubelet_flags=(--cgroup-driver=cgroupfs --fail-cgroupv1=false --fail-swap-on=false
-  --system-cgroups= "--runtime-cgroups=$runtime_cgroup")
+  --system-cgroups= "--runtime-cgroups=$runtime_cgroup"
+  "--eviction-hard=memory.available<250Mi,nodefs.available<2Gi,nodefs.inodesFree<5%,imagefs.available<2Gi"
+  --image-gc-high-threshold=100 --image-gc-low-threshold=99)
 log "e2e_node.test ${tools##*/e2e-node-} against $desc, $procs processes, $(jq length <<<"$skips_json") skip entries from" \
   "${skips_file#"$top"/}"
 start=$(date +%s)
 set +e
 # ginkgo runs a compiled suite in the suite's directory, where the suite writes its kubeconfig,
-# kubelet configuration and static pods: a link in the work dir keeps them out of the cache
-# (and --k8s-bin-dir names where the kubelet is).
+# kubelet configuration and static pods, and the suite runs the kubelet beside it: links in the
+# work dir keep those files out of the cache.
 ln -s "$tools/e2e_node.test" "$work/run/e2e_node.test"
+ln -s "$tools/kubelet" "$work/run/kubelet"
 (
   cd "$work/run"
   PATH=$work/bin "$tools/ginkgo" --nodes="$procs" --no-color --timeout="${E2E_TIMEOUT:-2h}" \
     --label-filter="$labels" "${skip_args[@]}" --json-report=report.json --output-dir="$work/report" \
-    "$@" "$work/run/e2e_node.test" -- --k8s-bin-dir="$tools" \
+    "$@" "$work/run/e2e_node.test" -- \
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
     --prepull-images=false --report-dir="$work/report" \
     --kubelet-flags="${kubelet_flags[*]}"
@@ -232,7 +241,7 @@ rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
 report=$work/report/report.json
-if [ ! -s "$report" ]; then
+if ! jq -e '.[0].SpecReports | length > 0' "$report" >/dev/null 2>&1; then
   tail -60 "$work/suite.log" >&2
   fail "the suite exited with $rc and wrote no report (its output above; all of it in $work/suite.log)"
 fi
@@ -301,3 +310,5 @@ if [ "$rc" -ne 0 ]; then
   fail "the suite exited with $rc although every spec passed or was skipped (its output above)"
 fi
 echo "e2e-node: PASSED"
+exit 0
+}
