@@ -162,8 +162,7 @@ int main(int argc, char **argv) {
   (void)argc;
   for (char **e = environ; *e; e++)
     if (strchr(*e, '=') && !identifier(*e)) { shell = "/usr/libexec/stand-in/bash"; break; }
-  argv[0] = "sh";
-  execv(shell, argv);
+  execv(shell, argv); /* argv[0] as given: busybox picks its applet and ash its name by it */
   perror(shell);
   return 127;
 }
