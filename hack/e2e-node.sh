@@ -34,8 +34,8 @@
 #   (selected specs outside that focus are reported as not run; the skip list applies as always)
 # Env: E2E_RUNTIME (crust, the default, or containerd), CRUST_BIN (default target/debug/crust),
 #      E2E_PROCS (ginkgo processes, default 8), E2E_SKIPS (default e2e-node-config/skips.txt),
-#      E2E_TIMEOUT (ginkgo's, default 2h), E2E_KEEP=1 (keep the work dir's logs as they are:
-#      they are kept in any case until the next run, under /var/lib/crust-e2e/run).
+#      E2E_TIMEOUT (ginkgo's, default 2h). The logs and the report stay until the next run
+#      against the same runtime, in /var/lib/crust-e2e/run-<runtime>.
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,7 +97,7 @@ flock -n 8 || fail "another hack/e2e-node.sh runs on this machine ($state/lock)"
 # --- images (before the clock starts)
 "$top/hack/e2e-node-images.sh" "$tools/agnhost" || fail "the stand-in images could not be built"
 
-work=$base/run
+work=$base/run-$runtime
 sock=$state/$runtime.sock
 bridge=crust-e2e0
 subnet=10.100.0.0/24
