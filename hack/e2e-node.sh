@@ -99,6 +99,11 @@ flock -n 8 || fail "another hack/e2e-node.sh runs on this machine ($state/lock)"
 
 work=$base/run-$runtime
 sock=$state/$runtime.sock
+# containerd at its default socket: kubelet's cAdvisor finds containerd's containers (their pod
+# and container names) only there, as it does on the nodes containerd's CI runs this suite on.
+[ "$runtime" = crust ] || sock=/run/containerd/containerd.sock
+[ ! -S "$sock" ] || ! "$crictl" --runtime-endpoint "unix://$sock" version >/dev/null 2>&1 ||
+  fail "a runtime already serves $sock (not ours: this run needs that socket for its own)"
 bridge=crust-e2e0
 subnet=10.100.0.0/24
 runtime_cgroup=/crust-e2e-runtime
