@@ -93,9 +93,11 @@ base=/var/lib/crust-e2e
 mkdir -p "$state" "$base"
 exec 8>"$state/lock"
 flock -n 8 || fail "another hack/e2e-node.sh runs on this machine ($state/lock)"
+# (what this script starts gets no copy of the lock: a process left behind would hold it)
 
 # --- images (before the clock starts)
-"$top/hack/e2e-node-images.sh" "$tools/agnhost" || fail "the stand-in images could not be built"
+"$top/hack/e2e-node-images.sh" "$tools/agnhost" 8>&- ||
+  fail "the stand-in images could not be built"
 
 work=$base/run-$runtime
 sock=$state/$runtime.sock
@@ -117,9 +119,10 @@ kill_tree_of() { # pid: the process and what it left in our cgroup
 }
 cleanup() {
   set +e
-  # kubelet, if the suite left it (only ever this script's, run from this cache directory)
-  for p in $(pgrep -x kubelet); do
-    [ "$(readlink "/proc/$p/exe")" = "$tools/kubelet" ] && kill_tree_of "$p"
+  # The suite's processes, if it left any (its services, kubelet: only ever this script's, run
+  # from this cache directory).
+  for p in $(pgrep -x e2e_node.test) $(pgrep -x kubelet); do
+    case $(readlink "/proc/$p/exe") in "$tools/e2e_node.test"|"$tools/kubelet") kill_tree_of "$p" ;; esac
   done
   if [ -n "${rt_pid:-}" ]; then
     "$crictl" --runtime-endpoint "unix://$sock" rmp -fa >/dev/null 2>&1
@@ -182,7 +185,7 @@ if [ "$runtime" = crust ]; then
     for h in $(cgroup_roots); do echo "$BASHPID" > "$h$runtime_cgroup/cgroup.procs"; done
     exec "$work/crust" serve --config "$work/crust.toml" --listen "$sock" --root "$base/crust" \
       --state "$state/crust" --log-level info
-  ) > "$work/crust.log" 2>&1 &
+  ) > "$work/crust.log" 2>&1 8>&- &
   rt_pid=$!
   rt_log=$work/crust.log
 else
@@ -205,7 +208,7 @@ TOML
   (
     for h in $(cgroup_roots); do echo "$BASHPID" > "$h$runtime_cgroup/cgroup.procs"; done
     PATH="$CTRD_DIR:$PATH" exec "$CTRD_DIR/containerd" --config "$work/containerd.toml"
-  ) > "$work/containerd.log" 2>&1 &
+  ) > "$work/containerd.log" 2>&1 8>&- &
   rt_pid=$!
   rt_log=$work/containerd.log
 fi
@@ -241,7 +244,7 @@ ln -s "$tools/kubelet" "$work/run/kubelet"
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
     --prepull-images=false --report-dir="$work/report" \
     --kubelet-flags="${kubelet_flags[*]}"
-) > "$work/suite.log" 2>&1
+) > "$work/suite.log" 2>&1 8>&-
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
