@@ -10,7 +10,8 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
-.PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images critest tools kubelet containerd clean
+.PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images critest e2e-node \
+	tools kubelet containerd clean
 
 all: build
 
@@ -68,6 +69,16 @@ critest:
 	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
+
+## Kubernetes' node conformance suite (test/e2e_node: [NodeConformance] without [Flaky], [Slow],
+## [Serial]; 8 ginkgo processes) against a crust of its own, offline (hack/e2e-node.sh;
+## e2e-node-config/skips.txt lists the gaps). Too long for make test. E2E_RUNTIME=containerd
+## runs it against containerd 2.4.2 instead; ARGS='--focus=Probing' narrows it.
+e2e-node:
+	hack/install-deps.sh test
+	hack/build-tools.sh cri-tools e2e-node
+	$(CARGO) build --bins
+	hack/e2e-node.sh $(ARGS)
 
 lint:
 	hack/install-deps.sh build

@@ -5,6 +5,9 @@
 #   cri-tools   crictl, critest                           hack/tools/go.mod
 #   kubelet     kubelet                                   hack/tools/kubelet/go.mod
 #   containerd  containerd, ctr, containerd-shim-runc-v2  hack/tools/containerd/go.mod
+#   e2e-node    e2e_node.test, ginkgo, agnhost, kubelet     hack/tools/e2e-node/go.mod
+#               (Kubernetes' node conformance suite; its kubelet beside it, as the suite's
+#               services mode looks for it there)
 # The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
 # A directory is reused while it holds every binary and was built from the same go.mod and
 # go.sum; otherwise it is built again (into a temporary directory, then renamed, under a lock,
@@ -26,13 +29,14 @@ module_dir() {
     cri-tools) echo "$top/hack/tools" ;;
     kubelet) echo "$top/hack/tools/kubelet" ;;
     containerd) echo "$top/hack/tools/containerd" ;;
-    *) die "unknown tool '$1' (cri-tools, kubelet or containerd)" ;;
+    e2e-node) echo "$top/hack/tools/e2e-node" ;;
+    *) die "unknown tool '$1' (cri-tools, kubelet, containerd or e2e-node)" ;;
   esac
 }
 main_module() {
   case $1 in
     cri-tools) echo sigs.k8s.io/cri-tools ;;
-    kubelet) echo k8s.io/kubernetes ;;
+    kubelet|e2e-node) echo k8s.io/kubernetes ;;
     containerd) echo github.com/containerd/containerd/v2 ;;
   esac
 }
@@ -41,6 +45,7 @@ binaries() {
     cri-tools) echo crictl critest ;;
     kubelet) echo kubelet ;;
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
+    e2e-node) echo e2e_node.test ginkgo agnhost kubelet ;;
   esac
 }
 
@@ -64,6 +69,14 @@ is_built() { # name dir
   for b in $(binaries "$1"); do [ -x "$2/$b" ] || return 1; done
 }
 
+# kubelet (and the suite built with it) report the version they were built as, as Kubernetes' own
+# release process stamps it.
+k8s_ldflags() { # version
+  local mm=${1#v} pkg=k8s.io/component-base/version minor
+  minor=$(echo "$mm" | cut -d. -f2)
+  echo "-X $pkg.gitVersion=$1 -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+}
+
 # Builds one tool's binaries into $2 (run inside the tool's module directory; it runs where
 # errexit is off, so each step returns its failure).
 build_into() { # name outdir version
@@ -75,12 +88,19 @@ build_into() { # name outdir version
       go test -c -trimpath -ldflags "$ld" -o "$out/critest" sigs.k8s.io/cri-tools/cmd/critest
       ;;
     kubelet)
-      # kubelet reports the version it was built as, as its own release process stamps it.
-      local mm=${v#v} pkg=k8s.io/component-base/version minor ld
-      minor=$(echo "$mm" | cut -d. -f2)
-      ld="-X $pkg.gitVersion=$v -X $pkg.gitMajor=${mm%%.*} -X $pkg.gitMinor=$minor"
-      ld="$ld -X $pkg.gitTreeState=clean"
-      go build -trimpath -ldflags "$ld" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
+      go build -trimpath -ldflags "$(k8s_ldflags "$v")" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
+      ;;
+    e2e-node)
+      # The suite and its kubelet carry the same version stamp; ginkgo and agnhost as their own
+      # builds make them (agnhost is made static, as its image's Dockerfile needs no libc).
+      local ld
+      ld=$(k8s_ldflags "$v")
+      go test -c -trimpath -ldflags "$ld" -o "$out/e2e_node.test" k8s.io/kubernetes/test/e2e_node ||
+        return
+      go build -trimpath -ldflags "$ld" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet || return
+      go build -trimpath -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo || return
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/agnhost" \
+        k8s.io/kubernetes/test/images/agnhost
       ;;
     containerd)
       # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
@@ -134,9 +154,9 @@ build() { # name
   echo "build-tools: $name $v built in $(( $(date +%s) - start ))s" >&2
 }
 
-[ $# -gt 0 ] || die "usage: $0 [--dir] cri-tools|kubelet|containerd..."
+[ $# -gt 0 ] || die "usage: $0 [--dir] cri-tools|kubelet|containerd|e2e-node..."
 if [ "$1" = --dir ]; then
-  [ $# -eq 2 ] || die "usage: $0 --dir cri-tools|kubelet|containerd"
+  [ $# -eq 2 ] || die "usage: $0 --dir cri-tools|kubelet|containerd|e2e-node"
   dir_of "$2"
   exit 0
 fi

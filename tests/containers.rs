@@ -257,6 +257,31 @@ async fn logs_split_long_lines_and_survive_a_reopen() {
     remove_pod(&mut e.c, &pod.0).await;
 }
 
+/// Output that ends without a newline is a partial record, as containerd writes it: kubelet
+/// ends a full record with a newline when it reads the log back, and the node conformance spec
+/// "should report termination message from log output if TerminationMessagePolicy
+/// FallbackToLogsOnError is set" expects `echo -n DONE` to read back as "DONE".
+#[tokio::test]
+async fn output_without_a_final_newline_ends_in_a_partial_record() {
+    let mut e = Env::start().await;
+    let pod = e.pod("tail").await;
+    let id = e
+        .run(
+            &pod,
+            e.config("main", &["sh", "-c", "echo one; printf DONE; exit 1"]),
+        )
+        .await;
+    // Everything the process wrote is in the log once its exit is reported.
+    let s = e.wait_exit(&id, Duration::from_secs(30)).await;
+    assert_eq!(s.exit_code, 1);
+    assert_eq!(
+        e.log_records(&pod, "main"),
+        ["stdout F one", "stdout P DONE"],
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}
+
 #[tokio::test]
 async fn exec_sync_times_out_bounds_its_output_and_needs_a_running_container() {
     let mut e = Env::start().await;

@@ -1,7 +1,10 @@
 //! Container output into CRI log files, the format kubelet parses: one line per record,
 //! `<RFC3339Nano timestamp> <stdout|stderr> <P|F> <text>`. A line longer than `MAX_LINE` is
 //! split into partial (`P`) records ended by a full (`F`) one; output that ends without a
-//! newline is written as a full record when the stream closes. A tty's output is stdout.
+//! newline is written as a partial record when the stream closes, as containerd and CRI-O write
+//! it: kubelet ends each full record with a newline when it reads a log back (`kubectl logs`,
+//! a FallbackToLogsOnError termination message), which the program never wrote. A tty's
+//! output is stdout.
 //!
 //! A relay owns one output pipe (or a tty master) of one container. It is pumped by its task
 //! whenever the pipe is readable, and also pumped synchronously when the container's process
@@ -128,10 +131,10 @@ impl LineSplitter {
         }
     }
 
-    /// The stream ended: what is left is a full record.
+    /// The stream ended: what is left, a line without its newline, is a partial record.
     pub fn finish(&mut self, emit: &mut impl FnMut(bool, &[u8])) {
         if !self.pending.is_empty() {
-            emit(false, &self.pending);
+            emit(true, &self.pending);
             self.pending.clear();
         }
     }
@@ -300,13 +303,13 @@ mod tests {
     }
 
     #[test]
-    fn lines_are_full_records_and_a_tail_is_flushed_at_the_end() {
+    fn lines_are_full_records_and_a_tail_is_flushed_partial_at_the_end() {
         assert_eq!(
             split(&[b"one\ntw", b"o\n", b"three"]),
             vec![
                 (false, b"one".to_vec()),
                 (false, b"two".to_vec()),
-                (false, b"three".to_vec())
+                (true, b"three".to_vec())
             ]
         );
         assert_eq!(split(&[b"\n\n"]), vec![(false, vec![]), (false, vec![])]);
