@@ -29,9 +29,12 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    /// Starts kubelet against `d`'s socket and waits for its healthz.
+    /// Starts kubelet against `d`'s socket and waits for its healthz. Its device plugin
+    /// directory is a private one (see `start_with_device_plugins`): the machine's own is every
+    /// kubelet's, and a test's kubelet taking it would break another's (`make e2e-node`'s).
     pub fn start(d: &Daemon) -> Kubelet {
-        Kubelet::start_with(d, None)
+        let private = d.dir.join("kubelet/device-plugins");
+        Kubelet::start_with_device_plugins(d, &private)
     }
 
     /// Starts kubelet with `device_plugins` as its device plugin directory: kubelet has that
@@ -41,10 +44,10 @@ impl Kubelet {
     /// mount point is created if it is missing, as any kubelet creates it.
     pub fn start_with_device_plugins(d: &Daemon, device_plugins: &std::path::Path) -> Kubelet {
         std::fs::create_dir_all(device_plugins).unwrap();
-        Kubelet::start_with(d, Some(device_plugins))
+        Kubelet::start_with(d, device_plugins)
     }
 
-    fn start_with(d: &Daemon, device_plugins: Option<&std::path::Path>) -> Kubelet {
+    fn start_with(d: &Daemon, device_plugins: &std::path::Path) -> Kubelet {
         let binary = super::tools::kubelet();
         let dir = d.dir.join("kubelet");
         let manifests = dir.join("manifests");
@@ -91,20 +94,15 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
         );
         std::fs::write(dir.join("config.yaml"), config).unwrap();
         let log = std::fs::File::create(dir.join("kubelet.log")).unwrap();
-        let mut command = match device_plugins {
-            None => Command::new(&binary),
-            Some(dir) => {
-                let mut c = Command::new("unshare");
-                c.args(["--mount", "--propagation", "slave", "--", "sh", "-euc"])
-                    .arg(
-                        "mkdir -p /var/lib/kubelet/device-plugins && \
-                         mount --bind \"$0\" /var/lib/kubelet/device-plugins && exec \"$@\"",
-                    )
-                    .arg(dir)
-                    .arg(&binary);
-                c
-            }
-        };
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "slave", "--", "sh", "-euc"])
+            .arg(
+                "mkdir -p /var/lib/kubelet/device-plugins && \
+                 mount --bind \"$0\" /var/lib/kubelet/device-plugins && exec \"$@\"",
+            )
+            .arg(device_plugins)
+            .arg(&binary);
         let child = command
             .arg("--config")
             .arg(dir.join("config.yaml"))
