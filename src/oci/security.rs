@@ -114,7 +114,7 @@ fn seccomp(
         // containerd applies no filter when none is asked for: kubelet sends RuntimeDefault
         // explicitly when a pod wants it.
         None | Some(Profile::Unconfined) => Ok(None),
-        Some(Profile::RuntimeDefault) => Ok(Some(default_profile(caps))),
+        Some(Profile::RuntimeDefault) => default_profile(caps).map(Some),
         Some(Profile::Localhost(path)) => localhost
             .map(|profile| Some(profile.resolve(caps)))
             .ok_or_else(|| {

@@ -21,6 +21,12 @@ static GO_BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Builds `package` in the module at `module` into `out`, unless `out` is newer than every
 /// file of the module.
 fn go_build(module: &Path, package: &str, out: &Path, env: &[(&str, &str)]) {
+    go_build_with(module, package, out, env, "-mod=mod")
+}
+
+/// `go_build` with GOFLAGS `goflags`: `-mod=readonly` for a module whose go.mod others read
+/// (hack/build-tools.sh keys its cache on hack/tools/containerd/go.mod and go.sum).
+fn go_build_with(module: &Path, package: &str, out: &Path, env: &[(&str, &str)], goflags: &str) {
     let _one = GO_BUILDS.lock().unwrap_or_else(|p| p.into_inner());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let newest_source = std::fs::read_dir(module)
@@ -36,7 +42,7 @@ fn go_build(module: &Path, package: &str, out: &Path, env: &[(&str, &str)]) {
         let o = Command::new("go")
             .args(args)
             .current_dir(module)
-            .env("GOFLAGS", "-mod=mod")
+            .env("GOFLAGS", goflags)
             .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("the streaming tests need Go to build {package}: {e}"));
@@ -98,5 +104,15 @@ pub fn probe() -> PathBuf {
     let out = tools_dir().join("probe");
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/probe");
     go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
+    out
+}
+
+/// `hack/tools/containerd/seccomp-default`: prints containerd's RuntimeDefault seccomp profile
+/// for capability sets, from the containerd module the benchmarks pin.
+pub fn containerd_seccomp_default() -> PathBuf {
+    let out = tools_dir().join("containerd-seccomp-default");
+    let module =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/tools/containerd/seccomp-default");
+    go_build_with(&module, ".", &out, &[], "-mod=readonly");
     out
 }
