@@ -225,6 +225,10 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         default_handler: config.default_runtime_handler.clone(),
         handlers: config.runtime_handlers.clone(),
         monitor_timeout: Duration::from_secs(10),
+        pod_sysctls: crate::sandbox::PodSysctlDefaults {
+            unprivileged_ports: config.network.enable_unprivileged_ports,
+            unprivileged_icmp: config.network.enable_unprivileged_icmp,
+        },
     })
 }
 
