@@ -155,6 +155,11 @@ impl Containers {
             prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
         crate::failpoint!("container.create.after_bundle");
         prepare_log_dir(record.log_path.as_deref()).map_err(|e| ("create the log directory", e))?;
+        // Microseconds on cgroupfs, and only on v1 hosts: no blocking hop (as below).
+        let cgroups = &self.ctx.cgroups;
+        cgroups
+            .create_named_systemd(&record.cgroup)
+            .map_err(|e| ("create the container's name=systemd cgroup", e.into()))?;
         let req = self.create_request(record, bundle);
         let pid = monitor
             .create(req, self.ctx.monitor_timeout)
@@ -165,6 +170,9 @@ impl Containers {
             ))
             .map_err(|e| ("create the container", e))?;
         record.pid = Some(pid);
+        cgroups
+            .join_named_systemd(&record.cgroup, pid)
+            .map_err(|e| ("move the container into its name=systemd cgroup", e.into()))?;
         crate::failpoint!("container.create.after_libcontainer_create");
         // Only the systemd driver needs it: no clone and no blocking hop on the cgroupfs path.
         let beyond_systemd = self.ctx.cgroups.writes_beyond_systemd();

@@ -201,9 +201,8 @@ fn exec(
         .join(id)
         .join(format!("exec-{}.json", std::process::id()));
     let mut process = process.clone();
-    let executor = match container_seccomp(runtime_root, id) {
-        Ok(Some(seccomp)) => Some(SeccompExecutor::new(seccomp, &mut process)),
-        Ok(None) => None,
+    let (seccomp, init) = match container_facts(runtime_root, id) {
+        Ok(facts) => facts,
         Err(error) => {
             return Outcome::Failed {
                 fault: Fault::Failed,
@@ -211,6 +210,10 @@ fn exec(
             };
         }
     };
+    let executor = seccomp.map(|seccomp| SeccompExecutor::new(seccomp, &mut process));
+    if let Some(init) = init {
+        join_named_systemd_of(init);
+    }
     if let Err(e) = std::fs::write(&file, serde_json::to_vec(&process).unwrap_or_default()) {
         return Outcome::Failed {
             fault: Fault::Failed,
@@ -272,17 +275,41 @@ pub fn logged_errors(log: &Path) -> String {
     seen.join("; ")
 }
 
-/// The seccomp filter of the container's own process, from its bundle.
-fn container_seccomp(
+/// The seccomp filter of the container's own process, from its bundle, and that process's
+/// pid.
+fn container_facts(
     runtime_root: &Path,
     id: &str,
-) -> Result<Option<oci_spec::runtime::LinuxSeccomp>, String> {
+) -> Result<(Option<oci_spec::runtime::LinuxSeccomp>, Option<i32>), String> {
     let container = libcontainer::container::Container::load(runtime_root.join(id))
         .map_err(|e| format!("loading container {id}: {}", render(&e)))?;
     let path = container.bundle().join("config.json");
     let spec = oci_spec::runtime::Spec::load(&path)
         .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    Ok(spec.linux().as_ref().and_then(|l| l.seccomp().clone()))
+    let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
+    Ok((seccomp, container.pid().map(Pid::as_raw)))
+}
+
+/// runc moves an exec into each cgroup of its container, systemd's named v1 hierarchy among
+/// them; libcontainer's tenant builder moves it into the controllers' only. So the worker
+/// joins the container's own cgroup there first, and the process it clones starts in it.
+/// Best effort: that hierarchy holds no limit, and on v2 hosts there is none.
+fn join_named_systemd_of(init: i32) {
+    let Ok(cgroups) = std::fs::read_to_string(format!("/proc/{init}/cgroup")) else {
+        return;
+    };
+    let Some(path) = cgroups
+        .lines()
+        .find_map(|l| l.split_once(":name=systemd:").map(|(_, path)| path))
+    else {
+        return;
+    };
+    let procs = Path::new("/sys/fs/cgroup/systemd")
+        .join(path.trim_start_matches('/'))
+        .join("cgroup.procs");
+    if let Err(e) = std::fs::write(&procs, std::process::id().to_string()) {
+        tracing::warn!(path = %procs.display(), error = %e, "joining the container's name=systemd cgroup");
+    }
 }
 
 fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {

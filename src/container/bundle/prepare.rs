@@ -212,7 +212,8 @@ const V1_CONTROLLERS: [&str; 12] = [
 ];
 
 /// The container's cgroup directory in each v1 hierarchy, by its name under the cgroup root
-/// (aliases such as `cpu` for `cpu,cpuacct` included).
+/// (aliases such as `cpu` for `cpu,cpuacct` included), systemd's named one among them as runc
+/// mounts it.
 fn cgroup_v1_binds(
     cgroups: &crate::sandbox::CgroupSettings,
     cgroup: &str,
@@ -237,6 +238,9 @@ fn cgroup_v1_binds(
         if managed {
             out.push((name, real.join(&rel)));
         }
+    }
+    if let Some(dir) = cgroups.named_systemd_dir(cgroup) {
+        out.push(("systemd".into(), dir));
     }
     out.sort();
     out
