@@ -179,7 +179,13 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
         .build();
     match built {
         Ok(container) => match container.pid() {
-            Some(pid) => Outcome::Pid(pid.as_raw()),
+            Some(pid) => match tighten_device_dirs(pid.as_raw(), &req.bundle) {
+                Ok(()) => Outcome::Pid(pid.as_raw()),
+                Err(error) => Outcome::Failed {
+                    fault: Fault::Failed,
+                    error,
+                },
+            },
             None => Outcome::Failed {
                 fault: Fault::Failed,
                 error: "libcontainer created the container but reported no pid".into(),
@@ -187,6 +193,49 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
         },
         Err(e) => failed(&e),
     }
+}
+
+/// libcontainer creates the directories a device node needs (/dev/net of /dev/net/tun, and
+/// many for a privileged container's host devices) with mode 0777 (it clears the umask for
+/// the nodes); runc makes them 0755. Set them right while the container's init still waits
+/// for StartContainer. /dev is a tmpfs libcontainer just made, and each directory is opened
+/// one component at a time without following links, so no image or process can redirect it.
+fn tighten_device_dirs(pid: i32, bundle: &Path) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let spec_path = bundle.join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&spec_path)
+        .map_err(|e| format!("reading {}: {e}", spec_path.display()))?;
+    let mut dirs: Vec<PathBuf> = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.devices().as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|d| {
+            d.path()
+                .strip_prefix("/dev")
+                .ok()?
+                .parent()
+                .map(Path::to_owned)
+        })
+        .flat_map(|dir| dir.ancestors().map(Path::to_owned).collect::<Vec<_>>())
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let dev = format!("/proc/{pid}/root/dev");
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+    for dir in dirs {
+        let mut fd = rustix::fs::open(&dev, flags, Mode::empty())
+            .map_err(|e| format!("opening {dev}: {e}"))?;
+        for part in dir.components() {
+            fd = rustix::fs::openat(&fd, part.as_os_str(), flags, Mode::empty())
+                .map_err(|e| format!("opening {dev}/{}: {e}", dir.display()))?;
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
+            .map_err(|e| format!("chmod {dev}/{}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 fn exec(
