@@ -134,6 +134,11 @@ impl Containers {
             .map_err(|e| ("mount the image volumes", e))?;
         }
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
+        let (apparmor, security) = (self.ctx.apparmor.clone(), record.spec.security.clone());
+        let apparmor_default =
+            blocking(move || super::apparmor::for_container(apparmor.as_ref(), &security))
+                .await
+                .map_err(|e| ("check the AppArmor profile", e))?;
         let prepared = prepare::prepare(
             &self.ctx,
             &Inputs {
@@ -145,6 +150,7 @@ impl Containers {
                 rootfs: &layout.rootfs,
                 cgroup: &record.cgroup,
                 target_pid_ns,
+                apparmor_default,
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;

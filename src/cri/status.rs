@@ -118,6 +118,8 @@ fn container_code(e: &ContainerError) -> Code {
         }
         ContainerError::ExecOutputTooLarge { .. } => Code::ResourceExhausted,
         ContainerError::Teardown { .. } => Code::Unavailable,
+        // AppArmor on, but crust's profile cannot be loaded (no parser, a parser error).
+        ContainerError::AppArmor(_) => Code::FailedPrecondition,
     }
 }
 

@@ -107,12 +107,13 @@ pub fn probe() -> PathBuf {
     out
 }
 
-/// `hack/tools/containerd/seccomp-default`: prints containerd's RuntimeDefault seccomp profile
-/// for capability sets, from the containerd module the benchmarks pin.
-pub fn containerd_seccomp_default() -> PathBuf {
-    let out = tools_dir().join("containerd-seccomp-default");
+/// `hack/tools/containerd/runtime-defaults`: prints containerd's RuntimeDefault seccomp
+/// profile for capability sets and its default AppArmor profile, from the containerd module
+/// the benchmarks pin.
+pub fn containerd_runtime_defaults() -> PathBuf {
+    let out = tools_dir().join("containerd-runtime-defaults");
     let module =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/tools/containerd/seccomp-default");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/tools/containerd/runtime-defaults");
     go_build_with(&module, ".", &out, &[], "-mod=readonly");
     out
 }

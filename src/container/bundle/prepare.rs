@@ -33,6 +33,8 @@ pub struct Inputs<'a> {
     pub cgroup: &'a str,
     /// `/proc/<pid>/ns/pid` of the container a `Target` PID mode names.
     pub target_pid_ns: Option<PathBuf>,
+    /// The AppArmor profile `RuntimeDefault` means here, loaded (`apparmor::for_container`).
+    pub apparmor_default: Option<String>,
 }
 
 pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, ContainerError> {
@@ -58,6 +60,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     if !host.cgroup_v2 {
         host.cgroup_v1_binds = cgroup_v1_binds(&ctx.cgroups, inputs.cgroup);
     }
+    host.apparmor_default_profile = inputs.apparmor_default.clone();
     let devices = resolve_devices(spec)?;
     let seccomp = match &spec.security.seccomp {
         Some(crate::model::Profile::Localhost(path)) => Some(load_seccomp(path)?),

@@ -1,10 +1,14 @@
-//! crust's `RuntimeDefault` seccomp profile is containerd's: for every capability set that can
-//! change it (none, each of the kernel's capabilities alone, the default set a container gets,
-//! all of them), the filter crust hands libcontainer holds exactly the rules containerd's
-//! `contrib/seccomp` hands runc, rule by rule. containerd's side comes from its own code, at
+//! crust's RuntimeDefault confinement is containerd's, checked against containerd's own code at
 //! the version `hack/tools/containerd/go.mod` pins (the benchmarks' and differential tests'
-//! peer), through `hack/tools/containerd/seccomp-default`; so a containerd bump that changes
-//! its profile fails here, naming the rules, until `src/oci/seccomp_default.json` follows.
+//! peer), through `hack/tools/containerd/runtime-defaults`, so that a containerd bump that
+//! changes a default fails here, naming what changed:
+//!
+//! - seccomp: for every capability set that can change it (none, each of the kernel's
+//!   capabilities alone, the default set a container gets, all of them), the filter crust
+//!   hands libcontainer holds exactly the rules containerd's `contrib/seccomp` hands runc,
+//!   rule by rule (`src/oci/seccomp_default.json` is to follow);
+//! - AppArmor: `crust-default` is the text containerd's `contrib/apparmor` generates on this
+//!   host for a profile of that name (`src/container/bundle/apparmor.rs` is to follow).
 //!
 //! Needs Go and the containerd module (the Go module cache, or the module proxy); no root.
 
@@ -83,8 +87,9 @@ const EPERM: u64 = 1;
 
 /// containerd's profile for each set, from its own code.
 fn containerd_profiles(sets: &[Vec<&str>]) -> Vec<Value> {
-    let tool = common::tools::containerd_seccomp_default();
+    let tool = common::tools::containerd_runtime_defaults();
     let out = Command::new(&tool)
+        .arg("seccomp")
         .args(sets.iter().map(|s| s.join(",")))
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
@@ -238,4 +243,36 @@ fn runtime_default_is_containerd_s_rule_by_rule_for_every_capability_set() {
          containerd's:\n{}",
         differences.report()
     );
+}
+
+#[test]
+fn crust_default_apparmor_profile_is_containerd_s_template_on_this_host() {
+    let tool = common::tools::containerd_runtime_defaults();
+    let out = Command::new(&tool)
+        .args(["apparmor", "crust-default"])
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        tool.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = String::from_utf8(out.stdout).unwrap();
+    let ours = crust::container::apparmor::default_profile_of_host();
+    if ours != theirs {
+        let diff: Vec<String> = ours
+            .lines()
+            .zip(theirs.lines().chain(std::iter::repeat("")))
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, (a, b))| format!("line {}: crust {a:?}, containerd {b:?}", i + 1))
+            .collect();
+        panic!(
+            "crust-default differs from containerd's profile ({} lines against {}):\n{}",
+            ours.lines().count(),
+            theirs.lines().count(),
+            diff.join("\n")
+        );
+    }
 }
