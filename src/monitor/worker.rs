@@ -179,7 +179,7 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
         .build();
     match built {
         Ok(container) => match container.pid() {
-            Some(pid) => match tighten_device_dirs(pid.as_raw(), &req.bundle) {
+            Some(pid) => match dev_as_runc_makes_it(pid.as_raw(), &req.bundle) {
                 Ok(()) => Outcome::Pid(pid.as_raw()),
                 Err(error) => Outcome::Failed {
                     fault: Fault::Failed,
@@ -195,12 +195,13 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
     }
 }
 
-/// libcontainer creates the directories a device node needs (/dev/net of /dev/net/tun, and
-/// many for a privileged container's host devices) with mode 0777 (it clears the umask for
-/// the nodes); runc makes them 0755. Set them right while the container's init still waits
-/// for StartContainer. /dev is a tmpfs libcontainer just made, and each directory is opened
-/// one component at a time without following links, so no image or process can redirect it.
-fn tighten_device_dirs(pid: i32, bundle: &Path) -> Result<(), String> {
+/// Where libcontainer's /dev differs from runc's, made runc's while the container's init
+/// still waits for StartContainer: the directories a device node needs (/dev/net of
+/// /dev/net/tun, and many for a privileged container's host devices) are 0755, not the 0777
+/// libcontainer gives them (it clears the umask for the nodes); the link to /proc/kcore is
+/// /dev/core, not /dev/kcore. /dev is a tmpfs libcontainer just made, and every name in it is
+/// opened relative to it without following links, so no image or process can redirect this.
+fn dev_as_runc_makes_it(pid: i32, bundle: &Path) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     let spec_path = bundle.join("config.json");
     let spec = oci_spec::runtime::Spec::load(&spec_path)
@@ -223,17 +224,26 @@ fn tighten_device_dirs(pid: i32, bundle: &Path) -> Result<(), String> {
         .collect();
     dirs.sort();
     dirs.dedup();
-    let dev = format!("/proc/{pid}/root/dev");
+    let dev_path = format!("/proc/{pid}/root/dev");
     let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+    let dev = rustix::fs::open(&dev_path, flags, Mode::empty())
+        .map_err(|e| format!("opening {dev_path}: {e}"))?;
     for dir in dirs {
-        let mut fd = rustix::fs::open(&dev, flags, Mode::empty())
-            .map_err(|e| format!("opening {dev}: {e}"))?;
+        let mut fd = rustix::fs::openat(&dev, ".", flags, Mode::empty())
+            .map_err(|e| format!("opening {dev_path}: {e}"))?;
         for part in dir.components() {
             fd = rustix::fs::openat(&fd, part.as_os_str(), flags, Mode::empty())
-                .map_err(|e| format!("opening {dev}/{}: {e}", dir.display()))?;
+                .map_err(|e| format!("opening {dev_path}/{}: {e}", dir.display()))?;
         }
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
-            .map_err(|e| format!("chmod {dev}/{}: {e}", dir.display()))?;
+            .map_err(|e| format!("chmod {dev_path}/{}: {e}", dir.display()))?;
+    }
+    let kcore = rustix::fs::readlinkat(&dev, "kcore", Vec::new());
+    let core_free = rustix::fs::statat(&dev, "core", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_err_and(|e| e == rustix::io::Errno::NOENT);
+    if kcore.is_ok_and(|target| target.as_bytes() == b"/proc/kcore") && core_free {
+        rustix::fs::renameat(&dev, "kcore", &dev, "core")
+            .map_err(|e| format!("renaming {dev_path}/kcore to core: {e}"))?;
     }
     Ok(())
 }
