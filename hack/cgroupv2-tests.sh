@@ -35,6 +35,8 @@ case $mode in cgroupfs|systemd|all) ;; *) echo "usage: $0 [cgroupfs|systemd|all]
 # "<test target> <test name>..." per line; names are exact (libtest --exact).
 CGROUPFS_SUITES=(
   "cgroups limits_updates_and_the_container_s_view_in_the_hierarchy_in_use cpu_shares_map_to_weights_as_runc_maps_them pod_sandbox_resources_reach_the_live_pod_cgroup"
+  "apparmor apparmor_profiles_as_the_host_has_them"
+  "confinement_differential crust_confines_pods_as_containerd_does"
   "containers a_container_runs_logs_execs_stops_and_leaves_nothing_behind a_container_over_its_memory_limit_is_oom_killed resource_updates_reach_the_live_cgroup"
   "sandbox_lifecycle pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind pod_stats_measure_the_pod_cgroup_and_network"
   "sandbox_recovery sigkilled_daemon_recovers_every_pod_with_its_state_and_ip a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up"
@@ -44,13 +46,16 @@ SYSTEMD_SUITES=(
   "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
 )
 # critest's specs each boot runs (--ginkgo.focus); every one must pass (critest-config/skips.txt
-# applies). Under emulation a spec takes about 9 s (all 35 Container and PodSandbox specs took
-# 5.5 min in the cgroupfs boot), so to stay within the guest's 15-minute budget each boot runs
-# the specs that go through cgroups: pod basics and metrics, container basics with their stats,
-# the OOM kill (21 specs); the systemd boot, whose own tests are slower, the pod ones, container
-# start and stats, and the OOM kill, read from the container's own scope (9). The rest of
-# critest runs on the host.
-CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
+# applies; its "host: AppArmor absent" entry does not where AppArmor is on). Under emulation a
+# spec takes about 9 s (all 35 Container and PodSandbox specs took 5.5 min in the cgroupfs
+# boot), so to stay within the guest's 15-minute budget each boot runs the specs that go
+# through cgroups: pod basics and metrics, container basics with their stats, the OOM kill
+# (21 specs), and in the cgroupfs boot the 9 AppArmor specs, as this guest is where the LSM
+# is on; the systemd boot, whose own tests are slower, the pod ones, container start and
+# stats, and the OOM kill, read from the container's own scope (9). The rest of critest runs
+# on the host. The tests of AppArmor and the differential test against containerd run in the
+# cgroupfs boot, for AppArmor too.
+CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (AppArmor|PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
 CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations on container runtime should support (starting|listing container stats)) )'
 
 [ "$(id -u)" -eq 0 ] || fail "run as root (the VM script builds its image and boots as root)"
@@ -78,6 +83,15 @@ jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profil
        | "\(.target.name)\t\(.executable)"' "$out/build.json" | sort -u >"$out/binaries"
 # The guest's busybox is Debian's dynamic one; the tests build their image from a static one.
 cp /bin/busybox "$out/busybox"
+# The differential test's peer: containerd 2.4.2 (hack/build-tools.sh, shared) with the host's
+# runc (Debian's, the guest has its libseccomp); the Go-built probe and containerd's defaults
+# tool are built here, where Go is (tests/common/tools.rs rebuilds neither while it is newer
+# than its sources).
+ctrd=$(hack/build-tools.sh containerd) || fail "could not build containerd"
+cp /usr/sbin/runc "$out/runc" || fail "runc is missing (hack/install-deps.sh test)"
+mkdir -p target/tools
+(cd tests/fixtures/probe && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$top/target/tools/probe" .) ||
+  fail "building tests/fixtures/probe"
 
 # --- critest's tools and images, shared into the guest
 critools=$(hack/build-tools.sh cri-tools) || fail "could not build crictl and critest"
@@ -112,7 +126,10 @@ run_guest() {  # run_guest MODE SUITE...: MODE systemd boots with systemd as PID
   manifest "$@" >"$out/$m.suites"
   t0=$SECONDS
   echo "cgroupv2-tests: $m: booting the guest"
-  if bash "$vm" run "${flags[@]}" --share "$top" --share "$critools" --share "$registry_data" \
+  if CRUST_CONTAINERD_DIR=$ctrd CRUST_RUNC=$out/runc \
+    V2VM_PASSENV="RUST_BACKTRACE RUST_LOG CRUST_CONTAINERD_DIR CRUST_RUNC" \
+    bash "$vm" run "${flags[@]}" --share "$top" --share "$critools" --share "$registry_data" \
+      --share "$ctrd" \
       -- bash "$top/hack/cgroupv2-guest.sh" "$m" "$out/$m.suites" "${CGROUPV2_THREADS:-2}" \
       "$critools" "$registry_data" "$focus"; then
     echo "cgroupv2-tests: $m: passed in $((SECONDS - t0)) s"

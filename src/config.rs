@@ -91,6 +91,14 @@ pub struct NetworkConfig {
     /// Pod subnets whose traffic leaving the subnet is masqueraded (one iptables rule each, set
     /// at start). The default covers the network crust ships in cni/10-crust.conflist.
     pub masquerade_subnets: Vec<String>,
+    /// Pods not on the host network get `net.ipv4.ip_unprivileged_port_start = 0` unless they
+    /// set it themselves: any user may bind a port below 1024 in the pod (containerd 2.x's
+    /// `enable_unprivileged_ports`, on by default).
+    pub enable_unprivileged_ports: bool,
+    /// Pods not on the host network get `net.ipv4.ping_group_range = 0 2147483647` unless they
+    /// set it themselves: any group may open ICMP echo sockets, so `ping` works as non-root
+    /// (containerd 2.x's `enable_unprivileged_icmp`, on by default).
+    pub enable_unprivileged_icmp: bool,
 }
 
 /// Registry access, read by the image service.
@@ -252,6 +260,8 @@ impl Default for NetworkConfig {
             bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             plugin_timeout_ms: 30_000,
             masquerade_subnets: vec!["10.88.0.0/16".into()],
+            enable_unprivileged_ports: true,
+            enable_unprivileged_icmp: true,
         }
     }
 }

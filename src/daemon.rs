@@ -157,6 +157,7 @@ async fn start_containers(
         "creating the container directories under",
         &config.state,
     ))?;
+    load_apparmor_profile(ctx.apparmor.as_ref());
     let containers = Containers::new(ctx, sandboxes.clone(), images.clone());
     let summary = containers.recover().await;
     tracing::info!(
@@ -227,7 +228,26 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         default_handler: config.default_runtime_handler.clone(),
         handlers: config.runtime_handlers.clone(),
         monitor_timeout: Duration::from_secs(10),
+        pod_sysctls: crate::sandbox::PodSysctlDefaults {
+            unprivileged_ports: config.network.enable_unprivileged_ports,
+            unprivileged_icmp: config.network.enable_unprivileged_icmp,
+        },
     })
+}
+
+/// Loads crust's AppArmor profile where the kernel enforces AppArmor. A failure is not fatal:
+/// containers that need the profile fail, saying why, and `crust check` says it too.
+fn load_apparmor_profile(apparmor: Option<&crate::container::apparmor::AppArmor>) {
+    let Some(apparmor) = apparmor else {
+        tracing::info!("AppArmor is not enabled on this host: RuntimeDefault means no profile");
+        return;
+    };
+    let profile = crate::container::apparmor::DEFAULT_PROFILE;
+    match apparmor.ensure_default() {
+        Ok(true) => tracing::info!(profile, "loaded the AppArmor profile"),
+        Ok(false) => tracing::info!(profile, "the AppArmor profile is loaded already; using it"),
+        Err(e) => tracing::warn!(profile, error = %e, "AppArmor profile not loaded"),
+    }
 }
 
 /// The state directory describes processes, mounts and namespaces, which all die with the

@@ -235,6 +235,22 @@ async fn limits_updates_and_the_container_s_view_in_the_hierarchy_in_use() {
                 .sh(&id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
                 .await;
             assert_eq!(max.trim(), (64u64 << 20).to_string());
+            // systemd's named hierarchy, where the host has one, as runc gives it: the
+            // container in a cgroup of its own there, seen read-only.
+            if Path::new("/sys/fs/cgroup/systemd/cgroup.procs").exists() {
+                assert!(
+                    own.lines()
+                        .any(|l| l.contains(":name=systemd:") && l.ends_with(&cgroup)),
+                    "{own}"
+                );
+                let mount = e
+                    .sh(&id, "grep ' /sys/fs/cgroup/systemd ' /proc/self/mountinfo")
+                    .await;
+                let options = mount.split(' ').nth(5).unwrap_or_default();
+                assert!(options.split(',').any(|o| o == "ro"), "{mount}");
+                let dir = Path::new("/sys/fs/cgroup/systemd").join(cgroup.trim_start_matches('/'));
+                assert_eq!(read(&dir, "cgroup.procs"), pid.to_string());
+            }
         }
     }
 

@@ -75,6 +75,13 @@ async fn command_args_env_cwd_and_users_are_as_asked() {
     assert!(user.supplemental_groups.contains(&4000));
     // The exec runs as the container's user too.
     assert_eq!(e.sh(&id, "id -u").await.trim(), "1000");
+    // HOME as runc sets it: the passwd home of the uid, or / for a uid the image lacks.
+    let home = "tr '\\0' '\\n' </proc/1/environ | grep ^HOME=; echo $HOME";
+    assert_eq!(e.sh(&id, home).await, "HOME=/home/app\n/home/app\n");
+    let mut config = e.config("stranger", &["sleep", "600"]);
+    security(&mut config).run_as_user = Some(pb::Int64Value { value: 4242 });
+    let id = e.run(&pod, config).await;
+    assert_eq!(e.sh(&id, home).await, "HOME=/\n/\n");
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
 }

@@ -196,6 +196,94 @@ async fn host_namespaces_are_shared_when_asked() {
     assert!(d.pod_cgroups().is_empty());
 }
 
+/// The value of `sysctl` (a path under /proc/sys) in the network namespace of `pid`.
+fn net_sysctl(pid: i32, sysctl: &str) -> String {
+    let pid = pid.to_string();
+    let path = format!("/proc/sys/{sysctl}");
+    sh("nsenter", &["-t", &pid, "-n", "cat", &path])
+        .trim()
+        .to_owned()
+}
+
+const PORT_START: &str = "net/ipv4/ip_unprivileged_port_start";
+const PING_RANGE: &str = "net/ipv4/ping_group_range";
+
+/// As containerd 2.x does by default, a pod with its own network may bind low ports and ping
+/// as any user: `ip_unprivileged_port_start` 0 and `ping_group_range` "0 2147483647" in its
+/// namespace, unless the pod sets them itself; the node's own values stay as they are.
+#[tokio::test]
+async fn pods_get_unprivileged_ports_and_icmp_unless_they_set_their_own() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let plain = run_pod(&mut c, pod_config("unpriv")).await;
+    let pid = monitor_pid(&mut c, &plain).await;
+    assert_ne!(ns_of(pid, "net"), ns_of_self("net"));
+    assert_eq!(net_sysctl(pid, PORT_START), "0");
+    assert_eq!(net_sysctl(pid, PING_RANGE), "0\t2147483647");
+
+    let mut own = pod_config("own-sysctls");
+    own.linux = Some(pb::LinuxPodSandboxConfig {
+        sysctls: [
+            ("net.ipv4.ip_unprivileged_port_start".into(), "900".into()),
+            ("net.ipv4.ping_group_range".into(), "5 6".into()),
+        ]
+        .into(),
+        ..Default::default()
+    });
+    let own = run_pod(&mut c, own).await;
+    let pid = monitor_pid(&mut c, &own).await;
+    assert_eq!(
+        net_sysctl(pid, PORT_START),
+        "900",
+        "the pod's own value wins"
+    );
+    assert_eq!(
+        net_sysctl(pid, PING_RANGE),
+        "5\t6",
+        "the pod's own value wins"
+    );
+
+    let node_sysctl = |sysctl: &str| {
+        let path = format!("/proc/sys/{sysctl}");
+        std::fs::read_to_string(path).unwrap().trim().to_owned()
+    };
+    let node = (node_sysctl(PORT_START), node_sysctl(PING_RANGE));
+    let mut host = pod_config("hostnet-sysctls");
+    with_namespaces(
+        &mut host,
+        pb::NamespaceMode::Node,
+        pb::NamespaceMode::Container,
+        pb::NamespaceMode::Pod,
+    );
+    let host = run_pod(&mut c, host).await;
+    let pid = monitor_pid(&mut c, &host).await;
+    assert_eq!(ns_of(pid, "net"), ns_of_self("net"));
+    let after = (node_sysctl(PORT_START), node_sysctl(PING_RANGE));
+    assert_eq!(
+        after, node,
+        "a host-network pod leaves the node's sysctls alone"
+    );
+    for id in [plain, own, host] {
+        remove_pod(&mut c, &id).await;
+    }
+}
+
+/// `enable_unprivileged_ports = false` and `enable_unprivileged_icmp = false` leave a pod's
+/// network namespace with the kernel's defaults.
+#[tokio::test]
+async fn unprivileged_ports_and_icmp_can_be_turned_off() {
+    let d = Daemon::prepare();
+    d.append_config("enable_unprivileged_ports = false\nenable_unprivileged_icmp = false\n");
+    d.write_bridge_network(&[]);
+    let d = d.spawn();
+    let mut c = d.client().await;
+    let id = run_pod(&mut c, pod_config("kernel-defaults")).await;
+    let pid = monitor_pid(&mut c, &id).await;
+    assert_eq!(net_sysctl(pid, PORT_START), "1024");
+    assert_eq!(net_sysctl(pid, PING_RANGE), "1\t0");
+    remove_pod(&mut c, &id).await;
+}
+
 #[tokio::test]
 async fn pod_pid_namespace_has_its_own_init() {
     let d = Daemon::start();

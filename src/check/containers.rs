@@ -1,5 +1,6 @@
 //! What containers need from the host, each finding saying what a missing piece disables:
-//! the cgroup controllers limits go through, seccomp for RuntimeDefault profiles,
+//! the cgroup controllers limits go through, seccomp for RuntimeDefault profiles, AppArmor
+//! and crust's profile for it,
 //! mount_setattr for recursive read-only mounts, and room for more processes (a node's PID
 //! pressure).
 
@@ -63,6 +64,29 @@ pub fn seccomp() -> Finding {
     let actions =
         std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
     Finding::Ok(format!("seccomp filters available ({})", actions.trim()))
+}
+
+/// Whether AppArmor is on and crust's profile loaded (crust serve loads it at start).
+pub fn apparmor(state: &Path) -> Finding {
+    use crate::container::apparmor::{AppArmor, AppArmorError, DEFAULT_PROFILE};
+    let Some(apparmor) = AppArmor::detect(state) else {
+        return Finding::Ok(
+            "AppArmor is not enabled on this host: RuntimeDefault means no profile, and a \
+             Localhost profile fails CreateContainer"
+                .into(),
+        );
+    };
+    match apparmor.is_loaded(DEFAULT_PROFILE) {
+        Ok(true) => Finding::Ok(format!(
+            "AppArmor on; crust's profile {DEFAULT_PROFILE} is loaded (RuntimeDefault)"
+        )),
+        Ok(false) if apparmor.has_parser() => Finding::Warn(format!(
+            "AppArmor on; {DEFAULT_PROFILE} is not loaded yet: crust serve loads it at start \
+             and whenever a container needs it"
+        )),
+        Ok(false) => Finding::Fail(AppArmorError::NoParser.to_string()),
+        Err(e) => Finding::Warn(format!("AppArmor on, but {e}")),
+    }
 }
 
 pub fn mount_setattr() -> Finding {

@@ -36,6 +36,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("controllers", containers::controllers()),
         ("overlayfs", overlayfs().into()),
         ("seccomp", containers::seccomp()),
+        ("apparmor", containers::apparmor(&config.state)),
         ("mounts", containers::mount_setattr()),
         ("pids", containers::pid_headroom()),
         ("cni", cni(config).into()),

@@ -155,6 +155,11 @@ impl Containers {
             .map_err(|e| ("mount the image volumes", e))?;
         }
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
+        let (apparmor, security) = (self.ctx.apparmor.clone(), record.spec.security.clone());
+        let apparmor_default =
+            blocking(move || super::apparmor::for_container(apparmor.as_ref(), &security))
+                .await
+                .map_err(|e| ("check the AppArmor profile", e))?;
         let prepared = prepare::prepare(
             &self.ctx,
             &Inputs {
@@ -167,6 +172,7 @@ impl Containers {
                 cgroup: &record.cgroup,
                 target_pid_ns,
                 cdi,
+                apparmor_default,
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;
@@ -177,6 +183,11 @@ impl Containers {
             prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
         crate::failpoint!("container.create.after_bundle");
         prepare_log_dir(record.log_path.as_deref()).map_err(|e| ("create the log directory", e))?;
+        // Microseconds on cgroupfs, and only on v1 hosts: no blocking hop (as below).
+        let cgroups = &self.ctx.cgroups;
+        cgroups
+            .create_named_systemd(&record.cgroup)
+            .map_err(|e| ("create the container's name=systemd cgroup", e.into()))?;
         let req = self.create_request(record, bundle);
         let pid = monitor
             .create(req, self.ctx.monitor_timeout)
@@ -187,6 +198,9 @@ impl Containers {
             ))
             .map_err(|e| ("create the container", e))?;
         record.pid = Some(pid);
+        cgroups
+            .join_named_systemd(&record.cgroup, pid)
+            .map_err(|e| ("move the container into its name=systemd cgroup", e.into()))?;
         crate::failpoint!("container.create.after_libcontainer_create");
         // Only the systemd driver needs it: no clone and no blocking hop on the cgroupfs path.
         let beyond_systemd = self.ctx.cgroups.writes_beyond_systemd();

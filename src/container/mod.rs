@@ -38,6 +38,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use bundle::apparmor;
 use bundle::{host, poststop, prepare, rootfs, volumes};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
@@ -133,6 +134,8 @@ pub enum ContainerError {
     Teardown { id: String, errors: String },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    AppArmor(#[from] apparmor::AppArmorError),
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {
@@ -159,6 +162,8 @@ pub struct ContainerContext {
     pub layers_dir: PathBuf,
     pub cgroups: CgroupSettings,
     pub host: crate::oci::HostFeatures,
+    /// AppArmor, where the kernel enforces it.
+    pub apparmor: Option<apparmor::AppArmor>,
     /// How long a monitor may take to answer a lifecycle request.
     pub monitor_timeout: Duration,
     /// Bytes of stdout and of stderr an ExecSync returns.
@@ -178,6 +183,7 @@ impl ContainerContext {
             runtime_root: state.join("runtime"),
             layers_dir: root.join("containers"),
             host: host::detect(cgroups.unified),
+            apparmor: apparmor::AppArmor::detect(state),
             cgroups,
             monitor_timeout: Duration::from_secs(30),
             max_exec_output: 16 << 20,

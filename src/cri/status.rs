@@ -6,6 +6,7 @@ use crate::container::ContainerError;
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::network::CniError;
+use crate::oci::SpecError;
 use crate::sandbox::{RunFailure, SandboxError};
 use crate::store::StoreError;
 use crate::stream::StreamError;
@@ -100,6 +101,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Image(ImageError::Store(s)) => store_code(s),
         ContainerError::Image(ImageError::Io { source, .. }) => io_code(source),
         ContainerError::Image(_) => Code::FailedPrecondition,
+        ContainerError::Spec(SpecError::Bug(_)) => Code::Internal,
         ContainerError::Spec(s) if s.is_host_limit() => Code::FailedPrecondition,
         ContainerError::Spec(_) => Code::InvalidArgument,
         ContainerError::Cdi(e) if e.is_host_limit() => Code::FailedPrecondition,
@@ -118,6 +120,8 @@ fn container_code(e: &ContainerError) -> Code {
         }
         ContainerError::ExecOutputTooLarge { .. } => Code::ResourceExhausted,
         ContainerError::Teardown { .. } => Code::Unavailable,
+        // AppArmor on, but crust's profile cannot be loaded (no parser, a parser error).
+        ContainerError::AppArmor(_) => Code::FailedPrecondition,
     }
 }
 

@@ -93,4 +93,8 @@ pub struct ResolvedUser {
     pub gid: u32,
     /// Supplementary groups, as the OCI spec's `additionalGids` (what `setgroups` receives).
     pub additional_gids: Vec<u32>,
+    /// The home directory of the uid's first passwd entry, if the image has one: the process's
+    /// `HOME` unless its environment sets one (else `/`, as runc does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
 }

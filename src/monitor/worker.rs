@@ -179,7 +179,13 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
         .build();
     match built {
         Ok(container) => match container.pid() {
-            Some(pid) => Outcome::Pid(pid.as_raw()),
+            Some(pid) => match dev_as_runc_makes_it(pid.as_raw(), &req.bundle) {
+                Ok(()) => Outcome::Pid(pid.as_raw()),
+                Err(error) => Outcome::Failed {
+                    fault: Fault::Failed,
+                    error,
+                },
+            },
             None => Outcome::Failed {
                 fault: Fault::Failed,
                 error: "libcontainer created the container but reported no pid".into(),
@@ -187,6 +193,59 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
         },
         Err(e) => failed(&e),
     }
+}
+
+/// Where libcontainer's /dev differs from runc's, made runc's while the container's init
+/// still waits for StartContainer: the directories a device node needs (/dev/net of
+/// /dev/net/tun, and many for a privileged container's host devices) are 0755, not the 0777
+/// libcontainer gives them (it clears the umask for the nodes); the link to /proc/kcore is
+/// /dev/core, not /dev/kcore. /dev is a tmpfs libcontainer just made, and every name in it is
+/// opened relative to it without following links, so no image or process can redirect this.
+fn dev_as_runc_makes_it(pid: i32, bundle: &Path) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let spec_path = bundle.join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&spec_path)
+        .map_err(|e| format!("reading {}: {e}", spec_path.display()))?;
+    let mut dirs: Vec<PathBuf> = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.devices().as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|d| {
+            d.path()
+                .strip_prefix("/dev")
+                .ok()?
+                .parent()
+                .map(Path::to_owned)
+        })
+        .flat_map(|dir| dir.ancestors().map(Path::to_owned).collect::<Vec<_>>())
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let dev_path = format!("/proc/{pid}/root/dev");
+    let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+    let dev = rustix::fs::open(&dev_path, flags, Mode::empty())
+        .map_err(|e| format!("opening {dev_path}: {e}"))?;
+    for dir in dirs {
+        let mut fd = rustix::fs::openat(&dev, ".", flags, Mode::empty())
+            .map_err(|e| format!("opening {dev_path}: {e}"))?;
+        for part in dir.components() {
+            fd = rustix::fs::openat(&fd, part.as_os_str(), flags, Mode::empty())
+                .map_err(|e| format!("opening {dev_path}/{}: {e}", dir.display()))?;
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
+            .map_err(|e| format!("chmod {dev_path}/{}: {e}", dir.display()))?;
+    }
+    let kcore = rustix::fs::readlinkat(&dev, "kcore", Vec::new());
+    let core_free = rustix::fs::statat(&dev, "core", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_err_and(|e| e == rustix::io::Errno::NOENT);
+    if kcore.is_ok_and(|target| target.as_bytes() == b"/proc/kcore") && core_free {
+        rustix::fs::renameat(&dev, "kcore", &dev, "core")
+            .map_err(|e| format!("renaming {dev_path}/kcore to core: {e}"))?;
+    }
+    Ok(())
 }
 
 fn exec(
@@ -201,9 +260,8 @@ fn exec(
         .join(id)
         .join(format!("exec-{}.json", std::process::id()));
     let mut process = process.clone();
-    let executor = match container_seccomp(runtime_root, id) {
-        Ok(Some(seccomp)) => Some(SeccompExecutor::new(seccomp, &mut process)),
-        Ok(None) => None,
+    let (seccomp, init) = match container_facts(runtime_root, id) {
+        Ok(facts) => facts,
         Err(error) => {
             return Outcome::Failed {
                 fault: Fault::Failed,
@@ -211,6 +269,10 @@ fn exec(
             };
         }
     };
+    let executor = seccomp.map(|seccomp| SeccompExecutor::new(seccomp, &mut process));
+    if let Some(init) = init {
+        join_named_systemd_of(init);
+    }
     if let Err(e) = std::fs::write(&file, serde_json::to_vec(&process).unwrap_or_default()) {
         return Outcome::Failed {
             fault: Fault::Failed,
@@ -272,17 +334,41 @@ pub fn logged_errors(log: &Path) -> String {
     seen.join("; ")
 }
 
-/// The seccomp filter of the container's own process, from its bundle.
-fn container_seccomp(
+/// The seccomp filter of the container's own process, from its bundle, and that process's
+/// pid.
+fn container_facts(
     runtime_root: &Path,
     id: &str,
-) -> Result<Option<oci_spec::runtime::LinuxSeccomp>, String> {
+) -> Result<(Option<oci_spec::runtime::LinuxSeccomp>, Option<i32>), String> {
     let container = libcontainer::container::Container::load(runtime_root.join(id))
         .map_err(|e| format!("loading container {id}: {}", render(&e)))?;
     let path = container.bundle().join("config.json");
     let spec = oci_spec::runtime::Spec::load(&path)
         .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    Ok(spec.linux().as_ref().and_then(|l| l.seccomp().clone()))
+    let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().clone());
+    Ok((seccomp, container.pid().map(Pid::as_raw)))
+}
+
+/// runc moves an exec into each cgroup of its container, systemd's named v1 hierarchy among
+/// them; libcontainer's tenant builder moves it into the controllers' only. So the worker
+/// joins the container's own cgroup there first, and the process it clones starts in it.
+/// Best effort: that hierarchy holds no limit, and on v2 hosts there is none.
+fn join_named_systemd_of(init: i32) {
+    let Ok(cgroups) = std::fs::read_to_string(format!("/proc/{init}/cgroup")) else {
+        return;
+    };
+    let Some(path) = cgroups
+        .lines()
+        .find_map(|l| l.split_once(":name=systemd:").map(|(_, path)| path))
+    else {
+        return;
+    };
+    let procs = Path::new("/sys/fs/cgroup/systemd")
+        .join(path.trim_start_matches('/'))
+        .join("cgroup.procs");
+    if let Err(e) = std::fs::write(&procs, std::process::id().to_string()) {
+        tracing::warn!(path = %procs.display(), error = %e, "joining the container's name=systemd cgroup");
+    }
 }
 
 fn failed(e: &libcontainer::error::LibcontainerError) -> Outcome {

@@ -45,6 +45,7 @@ impl Fixture {
                 uid: 1000,
                 gid: 1000,
                 additional_gids: vec![1000, 50000],
+                home: None,
             },
             pod: PodView {
                 id: "p1".into(),

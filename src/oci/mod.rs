@@ -6,8 +6,8 @@
 //!
 //! One file per concern: `process` (args, env, cwd, rlimits, exec processes), `user` (who the
 //! process runs as), `security` (capabilities, privileged, masked paths, seccomp choice,
-//! AppArmor, SELinux) with `seccomp` (node profiles) and `seccomp_default` (crust's default
-//! profile), `mounts`, `resources` (cgroup limits and devices), `namespaces` and `signal`
+//! AppArmor, SELinux) with `seccomp` (node profiles) and `seccomp_default` (the default
+//! profile, containerd's, as data), `mounts`, `resources` (cgroup limits and devices), `namespaces` and `signal`
 //! (the stop signal). [`build`] assembles them into the spec libcontainer runs.
 //!
 //! The spec is written for youki's libcontainer 0.7, whose rules it follows where they differ
@@ -43,6 +43,7 @@ pub use capabilities::parse_capability;
 pub use process::exec_process;
 pub use resources::{container_resources, pod_resources};
 pub use seccomp::{SeccompProfile, parse_seccomp_profile};
+pub use seccomp_default::default_profile as runtime_default_seccomp;
 pub use signal::{parse_signal, stop_signal};
 pub use user::{AccountFiles, resolve_user};
 
@@ -54,6 +55,9 @@ pub enum SpecError {
     Invalid(String),
     #[error("{0}")]
     HostLacks(String),
+    /// crust's own data is wrong (its built-in seccomp profile): a bug, never the request's.
+    #[error("{0}")]
+    Bug(String),
 }
 
 impl SpecError {

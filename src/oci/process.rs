@@ -5,7 +5,8 @@
 //!   Entrypoint + args, neither gives Entrypoint + Cmd;
 //! - env: a default PATH, `HOSTNAME` (the pod's hostname, as containerd sets it) and
 //!   `TERM=xterm` with a tty come first, then the image's Env, then the request's envs, each
-//!   later value replacing an earlier one of the same name in place;
+//!   later value replacing an earlier one of the same name in place; then `HOME`, unless set,
+//!   as runc sets it: the user's passwd home, else `/`;
 //! - cwd: the request's working dir, else the image's WorkingDir, else `/`;
 //! - RLIMIT_NOFILE 1048576 (CRI-O's and recent Docker's) or what crust may set if lower,
 //!   oom_score_adj clamped to what crust may set, the user, and the security settings decided in `security`.
@@ -60,7 +61,12 @@ pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<P
         .set_console_size(None)
         .set_user(user)
         .set_args(Some(args(spec, input.image, input.image_name)?))
-        .set_env(Some(env(spec, input.image, input.pod_hostname)?))
+        .set_env(Some(env(
+            spec,
+            input.image,
+            input.pod_hostname,
+            input.user,
+        )?))
         .set_cwd(cwd(spec, input.image)?.into())
         .set_capabilities(Some(security.capabilities.clone()))
         .set_rlimits(Some(vec![rlimit]))
@@ -123,6 +129,7 @@ pub(crate) fn env(
     spec: &ContainerSpec,
     image: &RuntimeConfig,
     pod_hostname: &str,
+    user: &ResolvedUser,
 ) -> Result<Vec<String>, SpecError> {
     let mut env: Vec<(String, String)> = vec![("PATH".into(), DEFAULT_PATH.into())];
     if !pod_hostname.is_empty() {
@@ -143,6 +150,11 @@ pub(crate) fn env(
             )));
         }
         set(&mut env, key, value);
+    }
+    // runc sets HOME when the environment has none: the user's passwd home, else `/`
+    // (libcontainer would leave it unset for a uid the image's passwd does not know).
+    if !env.iter().any(|(k, v)| k == "HOME" && !v.is_empty()) {
+        set(&mut env, "HOME", user.home.as_deref().unwrap_or("/"));
     }
     Ok(env.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
@@ -276,6 +288,7 @@ mod tests {
                 vec![
                     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "HOSTNAME=pod-host",
+                    "HOME=/",
                 ],
             ),
             Case(
@@ -290,6 +303,7 @@ mod tests {
                     "A=image",
                     "B=last",
                     "C=request",
+                    "HOME=/",
                 ],
             ),
             Case(
@@ -301,6 +315,7 @@ mod tests {
                 vec![
                     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "TERM=vt100",
+                    "HOME=/",
                 ],
             ),
             Case(
@@ -309,7 +324,7 @@ mod tests {
                 vec![("HOSTNAME", "mine"), ("PATH", "/bin")],
                 false,
                 "h",
-                vec!["PATH=/bin", "HOSTNAME=mine", "A=image", "B=image"],
+                vec!["PATH=/bin", "HOSTNAME=mine", "A=image", "B=image", "HOME=/"],
             ),
         ];
         for Case(name, image, envs, tty, hostname, want) in table {
@@ -322,7 +337,7 @@ mod tests {
                 ..Default::default()
             };
             assert_eq!(
-                env(&spec, image, hostname).unwrap(),
+                env(&spec, image, hostname, &ResolvedUser::default()).unwrap(),
                 strings(&want),
                 "{name}"
             );
@@ -331,8 +346,44 @@ mod tests {
             envs: vec![("A=B".into(), "x".into())],
             ..Default::default()
         };
-        let err = env(&bad, &RuntimeConfig::default(), "h").unwrap_err();
+        let none = ResolvedUser::default();
+        let err = env(&bad, &RuntimeConfig::default(), "h", &none).unwrap_err();
         assert_eq!(err.to_string(), "envs: invalid variable name \"A=B\"");
+    }
+
+    /// HOME as runc sets it: the environment's if not empty, else the passwd home, else `/`.
+    #[test]
+    fn home_follows_the_environment_then_passwd_then_root() {
+        let app = ResolvedUser {
+            uid: 1000,
+            home: Some("/home/app".into()),
+            ..Default::default()
+        };
+        let unknown = ResolvedUser {
+            uid: 4242,
+            ..Default::default()
+        };
+        let home = |envs: &[(&str, &str)], image_env: &[&str], user: &ResolvedUser| {
+            let spec = ContainerSpec {
+                envs: envs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            let image = RuntimeConfig {
+                env: strings(image_env),
+                ..Default::default()
+            };
+            let env = env(&spec, &image, "h", user).unwrap();
+            let homes: Vec<String> = env.into_iter().filter(|e| e.starts_with("HOME=")).collect();
+            homes
+        };
+        assert_eq!(home(&[], &[], &app), ["HOME=/home/app"]);
+        assert_eq!(home(&[], &[], &unknown), ["HOME=/"]);
+        assert_eq!(home(&[("HOME", "/data")], &[], &app), ["HOME=/data"]);
+        assert_eq!(home(&[], &["HOME=/img"], &unknown), ["HOME=/img"]);
+        assert_eq!(home(&[], &["HOME="], &app), ["HOME=/home/app"]);
     }
 
     #[test]

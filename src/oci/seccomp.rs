@@ -210,17 +210,6 @@ pub(crate) fn syscall(
     rule
 }
 
-/// `arg[index] == value`.
-pub(crate) fn equal(index: usize, value: u64) -> LinuxSeccompArg {
-    LinuxSeccompArgBuilder::default()
-        .index(index)
-        .value(value)
-        .op(LinuxSeccompOperator::ScmpCmpEq)
-        .build()
-        // Cannot fail: every field of the builder has a default.
-        .unwrap_or_default()
-}
-
 /// `arg[index] & mask == datum`, written for libcontainer 0.7, which passes `valueTwo` to
 /// libseccomp as the mask and `value` as the datum (runc reads them the other way round).
 pub(crate) fn masked_eq(index: usize, mask: u64, datum: u64) -> LinuxSeccompArg {

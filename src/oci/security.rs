@@ -114,7 +114,7 @@ fn seccomp(
         // containerd applies no filter when none is asked for: kubelet sends RuntimeDefault
         // explicitly when a pod wants it.
         None | Some(Profile::Unconfined) => Ok(None),
-        Some(Profile::RuntimeDefault) => Ok(Some(default_profile(caps))),
+        Some(Profile::RuntimeDefault) => default_profile(caps).map(Some),
         Some(Profile::Localhost(path)) => localhost
             .map(|profile| Some(profile.resolve(caps)))
             .ok_or_else(|| {
@@ -140,9 +140,11 @@ fn apparmor(
         }
         // libcontainer refuses any profile, even "unconfined", while AppArmor is off.
         _ if !host.apparmor_enabled => Ok(None),
-        Some(Profile::Unconfined) => Ok(Some("unconfined".into())),
+        // As containerd: no profile, so the process keeps the label of the runtime that
+        // starts it (unconfined, unless crust itself runs confined).
+        Some(Profile::Unconfined) => Ok(None),
         // Like containerd, an unset profile means the runtime default, except when privileged.
-        None | Some(Profile::RuntimeDefault) if privileged => Ok(Some("unconfined".into())),
+        None | Some(Profile::RuntimeDefault) if privileged => Ok(None),
         None | Some(Profile::RuntimeDefault) => Ok(host.apparmor_default_profile.clone()),
     }
 }
@@ -522,19 +524,20 @@ mod tests {
                 &on,
                 Ok(Some("crust-default")),
             ),
+            Case("privileged default, on", None, true, &on, Ok(None)),
             Case(
-                "privileged default, on",
-                None,
+                "privileged localhost, on",
+                local(),
                 true,
                 &on,
-                Ok(Some("unconfined")),
+                Ok(Some("my-profile")),
             ),
             Case(
                 "unconfined, on",
                 Some(Profile::Unconfined),
                 false,
                 &on,
-                Ok(Some("unconfined")),
+                Ok(None),
             ),
             Case("localhost, on", local(), false, &on, Ok(Some("my-profile"))),
         ];

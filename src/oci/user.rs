@@ -58,6 +58,8 @@ pub fn resolve_user(
         uid: primary.uid,
         gid,
         additional_gids: dedup_keep_order(additional),
+        // runc looks the uid up, not the name: the first entry with it.
+        home: by_uid_entry(&passwd, primary.uid).map(|e| e.home.clone()),
     })
 }
 
@@ -174,6 +176,7 @@ struct PasswdEntry {
     name: String,
     uid: u32,
     gid: u32,
+    home: String,
 }
 
 impl PasswdEntry {
@@ -229,6 +232,7 @@ fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
                 name: fields.first()?.to_string(),
                 uid: fields.get(2)?.parse().ok()?,
                 gid: fields.get(3)?.parse().ok()?,
+                home: fields.get(5).map(|h| h.to_string()).unwrap_or_default(),
             })
         })
         .collect()
@@ -515,10 +519,31 @@ two:x:4004: www-data , root
             (user.uid, user.gid, user.additional_gids),
             (1000, 0, vec![0])
         );
+        assert_eq!(user.home, None, "HOME falls back to / later");
         let root = resolve_user(&SecurityContext::default(), "", "img", &empty).unwrap();
         assert_eq!((root.uid, root.gid, root.additional_gids), (0, 0, vec![0]));
         let named = resolve_user(&SecurityContext::default(), "root", "img", &empty);
         assert!(named.is_err());
+    }
+
+    #[test]
+    fn the_home_is_the_first_passwd_entry_of_the_uid() {
+        let by = |image_user: &str, run_as_user: Option<i64>| {
+            let security = SecurityContext {
+                run_as_user,
+                ..Default::default()
+            };
+            resolve_user(&security, image_user, "img", &files())
+                .unwrap()
+                .home
+        };
+        assert_eq!(by("", None).as_deref(), Some("/root"));
+        assert_eq!(
+            by("default-user", None).as_deref(),
+            Some("/home/default-user")
+        );
+        assert_eq!(by("", Some(33)).as_deref(), Some("/var/www"));
+        assert_eq!(by("4242", None), None);
     }
 
     #[test]

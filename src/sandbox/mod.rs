@@ -131,6 +131,18 @@ pub struct SandboxContext {
     pub handlers: Vec<String>,
     /// How long a monitor may take to start or to stop.
     pub monitor_timeout: Duration,
+    /// The sysctls a pod with a network namespace of its own gets unless it sets them itself.
+    pub pod_sysctls: PodSysctlDefaults,
+}
+
+/// containerd 2.x's `enable_unprivileged_ports` and `enable_unprivileged_icmp`: defaults for
+/// the pod's own network namespace (the node's is never touched).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PodSysctlDefaults {
+    /// `net.ipv4.ip_unprivileged_port_start = 0`: any user may bind a port below 1024.
+    pub unprivileged_ports: bool,
+    /// `net.ipv4.ping_group_range = 0 2147483647`: any group may open ICMP echo sockets.
+    pub unprivileged_icmp: bool,
 }
 
 impl SandboxContext {

@@ -190,6 +190,7 @@ mod tests {
             default_handler: "runc".into(),
             handlers: vec!["runc".into()],
             monitor_timeout: Duration::from_secs(1),
+            pod_sysctls: Default::default(),
         })
     }
 

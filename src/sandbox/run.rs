@@ -2,13 +2,14 @@
 //! (which makes and pins the namespaces), then CNI ADD and the pod cgroup side by side. Any
 //! failure undoes what was done and names the step that failed.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::model::{NetworkState, Phase, SandboxRecord, SandboxSpec};
 use super::teardown::Timed;
 use super::{
-    Entry, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files, now_nanos, teardown,
-    validate,
+    Entry, PodSysctlDefaults, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files,
+    now_nanos, teardown, validate,
 };
 use crate::model::{NamespaceMode, new_id};
 use crate::monitor::{self, MonitorConfig, NamespacePins};
@@ -242,6 +243,26 @@ fn prepare(record: &SandboxRecord, hostname: &str) -> Result<(), StepError> {
     Ok(())
 }
 
+/// The sysctls the pod's monitor sets: the request's, and for a pod with a network namespace
+/// of its own the defaults it does not set itself (containerd 2.x's unprivileged ports and
+/// ICMP). The record keeps the request's alone: the defaults follow the configuration.
+fn pod_sysctls(spec: &SandboxSpec, defaults: PodSysctlDefaults) -> BTreeMap<String, String> {
+    let mut sysctls = spec.sysctls.clone();
+    if !spec.namespaces.host_network() {
+        let wanted = [
+            (defaults.unprivileged_ports, UNPRIVILEGED_PORTS),
+            (defaults.unprivileged_icmp, UNPRIVILEGED_ICMP),
+        ];
+        for (key, value) in wanted.into_iter().filter_map(|(on, kv)| on.then_some(kv)) {
+            sysctls.entry(key.into()).or_insert_with(|| value.into());
+        }
+    }
+    sysctls
+}
+
+const UNPRIVILEGED_PORTS: (&str, &str) = ("net.ipv4.ip_unprivileged_port_start", "0");
+const UNPRIVILEGED_ICMP: (&str, &str) = ("net.ipv4.ping_group_range", "0 2147483647");
+
 async fn bring_up(
     ctx: &SandboxContext,
     record: &mut SandboxRecord,
@@ -252,9 +273,7 @@ async fn bring_up(
         dir: record.dir.clone(),
         pins: record.pins.clone(),
         hostname: record.pins.uts.is_some().then_some(hostname),
-        sysctls: record
-            .spec
-            .sysctls
+        sysctls: pod_sysctls(&record.spec, ctx.pod_sysctls)
             .iter()
             .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
             .collect(),
@@ -301,4 +320,43 @@ async fn bring_up(
         state.result = Some(result);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_with_their_own_network_get_the_defaults_they_do_not_set() {
+        let on = PodSysctlDefaults {
+            unprivileged_ports: true,
+            unprivileged_icmp: true,
+        };
+        let mut spec = SandboxSpec::default();
+        let got = pod_sysctls(&spec, on);
+        assert_eq!(got["net.ipv4.ip_unprivileged_port_start"], "0");
+        assert_eq!(got["net.ipv4.ping_group_range"], "0 2147483647");
+
+        spec.sysctls
+            .insert("net.ipv4.ip_unprivileged_port_start".into(), "80".into());
+        let got = pod_sysctls(&spec, on);
+        assert_eq!(got["net.ipv4.ip_unprivileged_port_start"], "80");
+        assert_eq!(got.len(), 2);
+
+        let ports_only = PodSysctlDefaults {
+            unprivileged_icmp: false,
+            ..on
+        };
+        spec.sysctls.clear();
+        assert_eq!(
+            pod_sysctls(&spec, ports_only).keys().collect::<Vec<_>>(),
+            ["net.ipv4.ip_unprivileged_port_start"]
+        );
+
+        spec.namespaces.network = NamespaceMode::Node;
+        assert!(
+            pod_sysctls(&spec, on).is_empty(),
+            "the node's are never set"
+        );
+    }
 }

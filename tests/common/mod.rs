@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod containerd_peer;
 pub mod crash;
 pub mod daemon;
 pub mod kubelet;

@@ -22,6 +22,12 @@ static GO_BUILDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Builds `package` in the module at `module` into `out`, unless `out` is newer than every
 /// file of the module.
 fn go_build(module: &Path, package: &str, out: &Path, env: &[(&str, &str)]) {
+    go_build_with(module, package, out, env, "-mod=mod")
+}
+
+/// `go_build` with GOFLAGS `goflags`: `-mod=readonly` for a module whose go.mod others read
+/// (hack/build-tools.sh keys its cache on hack/tools/containerd/go.mod and go.sum).
+fn go_build_with(module: &Path, package: &str, out: &Path, env: &[(&str, &str)], goflags: &str) {
     let _one = GO_BUILDS.lock().unwrap_or_else(|p| p.into_inner());
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let newest_source = std::fs::read_dir(module)
@@ -37,7 +43,7 @@ fn go_build(module: &Path, package: &str, out: &Path, env: &[(&str, &str)]) {
         let o = Command::new("go")
             .args(args)
             .current_dir(module)
-            .env("GOFLAGS", "-mod=mod")
+            .env("GOFLAGS", goflags)
             .envs(env.iter().copied())
             .output()
             .unwrap_or_else(|e| panic!("the streaming tests need Go to build {package}: {e}"));
@@ -108,5 +114,16 @@ pub fn device_plugin() -> PathBuf {
     let out = tools_dir().join("device-plugin");
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/device-plugin");
     go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
+    out
+}
+
+/// `hack/tools/containerd/runtime-defaults`: prints containerd's RuntimeDefault seccomp
+/// profile for capability sets and its default AppArmor profile, from the containerd module
+/// the benchmarks pin.
+pub fn containerd_runtime_defaults() -> PathBuf {
+    let out = tools_dir().join("containerd-runtime-defaults");
+    let module =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/tools/containerd/runtime-defaults");
+    go_build_with(&module, ".", &out, &[], "-mod=readonly");
     out
 }

@@ -12,8 +12,7 @@ const CAP_SYS_RESOURCE: u32 = 24;
 pub fn detect(cgroup_v2: bool) -> HostFeatures {
     HostFeatures {
         cgroup_v2,
-        apparmor_enabled: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-            .is_ok_and(|v| v.trim() == "Y"),
+        apparmor_enabled: super::apparmor::enabled(),
         // SELinux is off unless its filesystem is mounted and enforcing or permissive.
         selinux_enabled: Path::new("/sys/fs/selinux/enforce").exists(),
         mount_setattr: crate::sys::has_mount_setattr(),
@@ -32,7 +31,7 @@ pub fn detect(cgroup_v2: bool) -> HostFeatures {
         mount_propagation: Default::default(),
         swap_limit: swap_limit(cgroup_v2),
         hugetlb: hugetlb(cgroup_v2),
-        // No AppArmor profile of crust's own is loaded: RuntimeDefault means none.
+        // Decided for each container, once crust's profile is known to be loaded.
         apparmor_default_profile: None,
     }
 }

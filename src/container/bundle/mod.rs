@@ -1,9 +1,11 @@
 //! What a container is made of before its pod's monitor creates it: what the host offers and how
-//! host paths propagate (`host`), the OCI spec and bundle (`prepare`), the overlay root
-//! filesystem (`rootfs`), the image volumes mounted into it (`volumes`), and the poststop hooks
-//! its removal runs (`poststop`). Functions over paths and records, no container table: the
-//! verbs one level up call them, and undo them in the reverse order (`teardown`).
+//! host paths propagate (`host`), AppArmor's profiles (`apparmor`), the OCI spec and bundle
+//! (`prepare`), the overlay root filesystem (`rootfs`), the image volumes mounted into it
+//! (`volumes`), and the poststop hooks its removal runs (`poststop`). Functions over paths and
+//! records, no container table: the verbs one level up call them, and undo them in the reverse
+//! order (`teardown`).
 
+pub mod apparmor;
 pub mod host;
 pub mod poststop;
 pub mod prepare;

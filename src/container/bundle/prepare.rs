@@ -35,6 +35,8 @@ pub struct Inputs<'a> {
     pub target_pid_ns: Option<PathBuf>,
     /// The request's CDI devices, resolved before anything was made.
     pub cdi: &'a crate::cdi::Resolved,
+    /// The AppArmor profile `RuntimeDefault` means here, loaded (`apparmor::for_container`).
+    pub apparmor_default: Option<String>,
 }
 
 pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, ContainerError> {
@@ -60,6 +62,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     if !host.cgroup_v2 {
         host.cgroup_v1_binds = cgroup_v1_binds(&ctx.cgroups, inputs.cgroup);
     }
+    host.apparmor_default_profile = inputs.apparmor_default.clone();
     let devices = resolve_devices(spec)?;
     let seccomp = match &spec.security.seccomp {
         Some(crate::model::Profile::Localhost(path)) => Some(load_seccomp(path)?),
@@ -217,7 +220,8 @@ const V1_CONTROLLERS: [&str; 12] = [
 ];
 
 /// The container's cgroup directory in each v1 hierarchy, by its name under the cgroup root
-/// (aliases such as `cpu` for `cpu,cpuacct` included).
+/// (aliases such as `cpu` for `cpu,cpuacct` included), systemd's named one among them as runc
+/// mounts it.
 fn cgroup_v1_binds(
     cgroups: &crate::sandbox::CgroupSettings,
     cgroup: &str,
@@ -242,6 +246,9 @@ fn cgroup_v1_binds(
         if managed {
             out.push((name, real.join(&rel)));
         }
+    }
+    if let Some(dir) = cgroups.named_systemd_dir(cgroup) {
+        out.push(("systemd".into(), dir));
     }
     out.sort();
     out

@@ -139,6 +139,43 @@ impl CgroupSettings {
         added
     }
 
+    /// The directory of cgroup `path` in systemd's named v1 hierarchy (`name=systemd`, at
+    /// `<root>/systemd` on v1 and hybrid hosts), with the cgroupfs driver. runc makes one for
+    /// every container and moves the container into it, and its containers see it read-only
+    /// at /sys/fs/cgroup/systemd (systemd run in a container looks for it); libcgroups knows
+    /// only controllers, so crust does the same itself. `None` on v2 (one hierarchy), with
+    /// the systemd driver (systemd places its scopes there itself), or where it is not
+    /// mounted. Removal needs nothing more: `remove` goes through every mounted hierarchy.
+    pub fn named_systemd_dir(&self, path: &str) -> Option<PathBuf> {
+        let hierarchy = self.root.join("systemd");
+        if self.unified
+            || self.driver != CgroupDriver::Cgroupfs
+            || !hierarchy.join("cgroup.procs").exists()
+        {
+            return None;
+        }
+        let rel = self.relative_dir(path);
+        Some(hierarchy.join(rel.strip_prefix("/").unwrap_or(&rel)))
+    }
+
+    /// Creates cgroup `path` in systemd's named hierarchy, if the host has one (see
+    /// `named_systemd_dir`): it must exist before the container's root is set up.
+    pub fn create_named_systemd(&self, path: &str) -> Result<(), CgroupError> {
+        match self.named_systemd_dir(path) {
+            Some(dir) => crate::durable::create_dir_all(&dir).map_err(|e| err(path, e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves `pid` into cgroup `path` of systemd's named hierarchy, if the host has one.
+    pub fn join_named_systemd(&self, path: &str, pid: i32) -> Result<(), CgroupError> {
+        match self.named_systemd_dir(path) {
+            Some(dir) => crate::durable::write(dir.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| err(path, format!("name=systemd: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     /// Kills whatever is left in the cgroup and its children and removes them all; a missing
     /// cgroup is not an error.
     pub fn remove(&self, path: &str) -> Result<(), CgroupError> {
