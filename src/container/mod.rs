@@ -24,6 +24,7 @@ mod exits;
 mod io;
 pub mod model;
 mod observe;
+mod plugins;
 mod pod;
 mod ready;
 mod recover;
@@ -46,6 +47,7 @@ use observe::{events, stats, status};
 
 pub use events::{ContainerEvent, EventKind};
 pub use model::*;
+pub use plugins::PluginExecutor;
 pub use recover::RecoverySummary;
 pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
@@ -131,6 +133,8 @@ pub enum ContainerError {
     Teardown { id: String, errors: String },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Nri(#[from] crate::nri::NriError),
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {

@@ -112,6 +112,10 @@ impl Sandboxes {
         } else {
             summary.not_ready += 1;
         }
+        let stopped = record.phase == Phase::Stopped;
+        self.ctx
+            .nri
+            .adopt_pod(&super::plugins::pod_info(&record), stopped);
         let entry = self.insert(record);
         self.watch(&entry);
     }
@@ -185,6 +189,7 @@ mod tests {
             default_handler: "runc".into(),
             handlers: vec!["runc".into()],
             monitor_timeout: Duration::from_secs(1),
+            nri: crate::nri::Nri::disabled(),
         })
     }
 

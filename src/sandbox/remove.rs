@@ -18,6 +18,7 @@ impl Sandboxes {
             return Ok(());
         };
         self.release_held(&held).await?;
+        self.ctx.nri.remove_pod(&held.id).await;
         let record = held.entry.snapshot();
         // The record first: a crash midway leaves a directory without a record, which the
         // next start discards, never a record of a half-deleted sandbox.

@@ -26,6 +26,9 @@ impl Sandboxes {
             return Ok(());
         }
         held.entry.stop_watching();
+        // After the pod's containers stopped (container/pod.rs), while the pod still holds its
+        // namespaces and network; once per pod.
+        self.ctx.nri.stop_pod(&held.id).await;
         let released = teardown::release(&self.ctx, &record).await;
         crate::failpoint!("sandbox.stop.before_record");
         self.commit(&held.entry, |r| match &released {

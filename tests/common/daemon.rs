@@ -37,6 +37,17 @@ pub fn require_root() {
     );
 }
 
+/// NRI on a socket and plugin directories of the daemon's own: the machine's
+/// /var/run/nri/nri.sock may be another runtime's, and /opt/nri/plugins the host's.
+pub fn private_nri(dir: &Path) -> String {
+    format!(
+        "[nri]\nsocket_path = {:?}\nplugin_path = {:?}\nplugin_config_path = {:?}\n",
+        dir.join("nri.sock"),
+        dir.join("nri-plugins"),
+        dir.join("nri-conf.d")
+    )
+}
+
 impl Daemon {
     /// A daemon with the default bridge network of its own.
     pub fn start() -> Daemon {
@@ -82,8 +93,11 @@ impl Daemon {
             format!(
                 "default_cgroup_parent = {:?}\n[network]\nconf_dir = {:?}\n\
                  bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n\
-                 [image]\nmin_free_percent = 0\n",
-                d.cgroup_parent, d.cni_conf, fixtures
+                 {}[image]\nmin_free_percent = 0\n",
+                d.cgroup_parent,
+                d.cni_conf,
+                fixtures,
+                private_nri(&d.dir)
             ),
         )
         .unwrap();
