@@ -162,6 +162,7 @@ impl Containers {
             .await
             .map_err(|e| ("run the NRI plugins' CreateContainer", e.into()))?;
         if let Some(path) = created.cgroups_path {
+            prepare::retarget_cgroup(&self.ctx, &mut prepared.spec, &record.cgroup, &path);
             record.cgroup = path;
         }
         record.user = prepared.user;

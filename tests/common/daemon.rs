@@ -202,6 +202,17 @@ impl Daemon {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
     }
 
+    /// Adds keys to the config's `[nri]` table (before the daemon starts).
+    pub fn nri_config(&self, keys: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text.replacen("[nri]\n", &format!("[nri]\n{keys}\n"), 1);
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn nri_socket(&self) -> PathBuf {
+        self.dir.join("nri.sock")
+    }
+
     /// Adds TOML to the config file (before the daemon starts).
     pub fn append_config(&self, toml: &str) {
         let mut text = std::fs::read_to_string(&self.config).unwrap();
