@@ -1,5 +1,6 @@
-//! Compiles the CRI v1 API (proto/api.proto) with protox, a pure-Rust protobuf compiler, so
-//! building crust never needs a system `protoc`; and builds the pod init (pod-init/main.rs), a
+//! Compiles the CRI v1 API (proto/api.proto) and NRI's API (proto/nri/api.proto, messages
+//! only: crust speaks ttrpc itself) with protox, a pure-Rust protobuf compiler, so building
+//! crust never needs a system `protoc`; and builds the pod init (pod-init/main.rs), a
 //! freestanding program crust embeds and execs as PID 1 of shared PID namespaces
 //! (`monitor::pod_init`).
 
@@ -13,6 +14,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=proto/nri/api.proto");
+    let nri = protox::compile(["nri/api.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .compile_fds(nri)?;
     build_pod_init()
 }
 

@@ -67,7 +67,8 @@ for _ in $(seq 100); do curl -fs "http://$REG/v2/" >/dev/null 2>&1 && break; sle
 
 echo "== crust"
 mkdir -p "$W/crust"
-printf '[registry.mirrors."%s"]\nendpoints = ["http://%s"]\n' "$HOST" "$REG" > "$W/crust/config.toml"
+printf '[registry.mirrors."%s"]\nendpoints = ["http://%s"]\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
+  "$HOST" "$REG" "$W/crust/nri.sock" "$W/crust/nri-plugins" > "$W/crust/config.toml"
 "$BIN/crust" serve --listen "$W/crust/crust.sock" --root "$W/crust/root" --state "$W/crust/state" \
   --config "$W/crust/config.toml" --log-level warn >"$W/crust/log" 2>&1 & PIDS+=($!)
 CRUST_PID=$!

@@ -92,7 +92,9 @@ exec_roundtrip() { # label endpoint
 
 echo "== crust $("$BIN/crust" version | awk '{print $2}')"
 mkdir -p "$W/crust"
-printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$W/net.d" > "$W/crust/config.toml"
+# NRI as it ships (on, no plugins), on a socket of this run's own.
+printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
+  "$W/net.d" "$W/crust/nri.sock" "$W/crust/nri-plugins" > "$W/crust/config.toml"
 "$BIN/crust" image import --root "$W/crust/root" --state "$W/crust/state" \
   --config "$W/crust/config.toml" "$W/busybox.tar" >/dev/null
 "$BIN/crust" serve --listen "$W/crust/crust.sock" --root "$W/crust/root" --state "$W/crust/state" \

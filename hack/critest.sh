@@ -149,6 +149,12 @@ printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >
 # No free-space reserve: the machine's disk may be shared with other work and nearly full; the
 # reserve is tested by the integration tests that set it.
 printf '\n[image]\nmin_free_percent = 0\n' >> "$work/config.toml"
+# NRI on a socket of this run's own (critest's NRI specs connect their plugins there), no
+# pre-installed plugins. critest's synchronization specs hold a plugin's Synchronize open for
+# 2 s on purpose, NRI's default request timeout: a longer one keeps that plugin from being
+# dropped as hung.
+printf '\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\nplugin_config_path = "%s"\nrequest_timeout = "10s"\n' \
+  "$work/nri.sock" "$work/nri-plugins" "$work/nri-conf.d" >> "$work/config.toml"
 
 "$crust" serve --config "$work/config.toml" --listen "$sock" --root "$work/root" \
   --state "$work/state" --log-level info > "$work/crust.log" 2>&1 &
@@ -169,6 +175,7 @@ echo "critest: $("$CRITEST" --version 2>/dev/null | grep -m1 version) against cr
 start=$(date +%s)
 set +e
 "$CRITEST" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
+  --nri-socket "$work/nri.sock" \
   --ginkgo.no-color --ginkgo.timeout=20m --ginkgo.json-report="$work/report.json" \
   "${skip_args[@]}" "$@" \
   > "$work/critest.log" 2>&1

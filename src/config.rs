@@ -66,6 +66,98 @@ pub struct Config {
     pub image: ImageStoreConfig,
     pub stream: StreamConfig,
     pub metrics: MetricsConfig,
+    pub nri: NriConfig,
+}
+
+/// NRI (Node Resource Interface) plugins, as containerd 2.x hosts them: on by default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NriConfig {
+    pub enable: bool,
+    /// The unix socket external plugins connect to.
+    pub socket_path: PathBuf,
+    /// Pre-installed plugins (executables named `NN-name`), started by crust.
+    pub plugin_path: PathBuf,
+    /// Configuration of pre-installed plugins: `NN-name.conf`, else `name.conf`.
+    pub plugin_config_path: PathBuf,
+    /// How long a plugin may take to register once connected (`5s`, `500ms`).
+    pub registration_timeout: Seconds,
+    /// How long a plugin may take to answer one event; one that takes longer is dropped.
+    pub request_timeout: Seconds,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enable: true,
+            socket_path: "/var/run/nri/nri.sock".into(),
+            plugin_path: "/opt/nri/plugins".into(),
+            plugin_config_path: "/etc/nri/conf.d".into(),
+            registration_timeout: Seconds(std::time::Duration::from_secs(5)),
+            request_timeout: Seconds(std::time::Duration::from_secs(2)),
+        }
+    }
+}
+
+impl NriConfig {
+    fn validate(&self) -> Result<(), String> {
+        for (name, p) in [
+            ("socket_path", &self.socket_path),
+            ("plugin_path", &self.plugin_path),
+            ("plugin_config_path", &self.plugin_config_path),
+        ] {
+            if !p.is_absolute() {
+                return Err(format!(
+                    "nri.{name} must be an absolute path, got {}",
+                    p.display()
+                ));
+            }
+        }
+        for (name, t) in [
+            ("registration_timeout", self.registration_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if t.0.is_zero() || t.0 > std::time::Duration::from_secs(600) {
+                return Err(format!("nri.{name} must be between 1ms and 10m"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A duration written as Go writes them in containerd's configuration: `2s`, `500ms`, `1m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub std::time::Duration);
+
+impl Seconds {
+    pub fn parse(s: &str) -> Option<Seconds> {
+        let s = s.trim();
+        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (num, unit) = s.split_at(split);
+        let n: f64 = num.parse().ok()?;
+        let secs = match unit {
+            "ms" => n / 1000.0,
+            "s" => n,
+            "m" => n * 60.0,
+            _ => return None,
+        };
+        (secs.is_finite() && secs >= 0.0).then(|| Seconds(std::time::Duration::from_secs_f64(secs)))
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}ms", self.0.as_millis()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Seconds, D::Error> {
+        let s = String::deserialize(d)?;
+        Seconds::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("{s:?} is not a duration like \"2s\" or \"500ms\""))
+        })
+    }
 }
 
 /// crust's own Prometheus metrics.
@@ -248,6 +340,7 @@ impl Default for Config {
             image: ImageStoreConfig::default(),
             stream: StreamConfig::default(),
             metrics: MetricsConfig::default(),
+            nri: NriConfig::default(),
         }
     }
 }
@@ -432,6 +525,7 @@ impl Config {
         }
         self.validate_registry()?;
         self.stream.validate().map_err(ConfigError::Invalid)?;
+        self.nri.validate().map_err(ConfigError::Invalid)?;
         tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| ConfigError::Invalid(format!("log_level {:?}: {e}", self.log_level)))?;
         Ok(())
@@ -660,6 +754,41 @@ mod tests {
         assert_eq!(c.metrics.address, Some("127.0.0.1:9100".parse().unwrap()));
         let e = Config::parse("[metrics]\naddress = \"localhost\"").unwrap_err();
         assert!(e.to_string().contains("address"), "{e}");
+    }
+
+    #[test]
+    fn nri_is_on_by_default_with_nris_own_paths_and_timeouts() {
+        let c = Config::default();
+        assert!(c.nri.enable);
+        assert_eq!(c.nri.socket_path, PathBuf::from("/var/run/nri/nri.sock"));
+        assert_eq!(c.nri.plugin_path, PathBuf::from("/opt/nri/plugins"));
+        assert_eq!(c.nri.plugin_config_path, PathBuf::from("/etc/nri/conf.d"));
+        assert_eq!(
+            c.nri.registration_timeout.0,
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(c.nri.request_timeout.0, std::time::Duration::from_secs(2));
+        let c = Config::parse(
+            "[nri]\nenable = false\nsocket_path = \"/tmp/n.sock\"\nrequest_timeout = \"500ms\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(!c.nri.enable);
+        assert_eq!(
+            c.nri.request_timeout.0,
+            std::time::Duration::from_millis(500)
+        );
+        let e = Config::parse("[nri]\nrequest_timeout = \"2 hours\"").unwrap_err();
+        assert!(e.to_string().contains("not a duration"), "{e}");
+        let c = Config::parse("[nri]\nsocket_path = \"nri.sock\"").unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("nri.socket_path")
+        );
+        let c = Config::parse("[nri]\nregistration_timeout = \"0s\"").unwrap();
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub enum DaemonError {
     Network(String),
     #[error("starting the stream server: {0}")]
     Stream(#[from] crate::stream::StreamError),
+    #[error("starting NRI: {0}")]
+    Nri(#[from] crate::nri::NriError),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
@@ -96,6 +98,13 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         crate::image::Images::open(crate::image::ImageSettings::from_config(&config), true)
     })?);
     let containers = start_containers(&config, &sandboxes, &images).await?;
+    // Plugins start (and connect) once the pods and containers they are synchronized with are
+    // recovered, and before any client can make new ones.
+    let nri = sandboxes.context().nri.clone();
+    nri.set_executor(Arc::new(crate::container::PluginExecutor(Arc::downgrade(
+        &containers,
+    ))));
+    nri.start().await?;
     let listener = bind(&socket)?;
     let settings = crate::stream::ServerSettings::from_config(&config.stream);
     let backend = crate::stream::containers::ContainerBackend(containers.clone());
@@ -136,6 +145,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         } => tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; exiting anyway"),
     }
+    nri.stop().await;
     let _ = crate::durable::remove_file(&socket);
     tracing::info!("crust stopped; pods keep running");
     Ok(())
@@ -231,6 +241,11 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         pod_sysctls: crate::sandbox::PodSysctlDefaults {
             unprivileged_ports: config.network.enable_unprivileged_ports,
             unprivileged_icmp: config.network.enable_unprivileged_icmp,
+        },
+        nri: if config.nri.enable {
+            crate::nri::Nri::new(crate::nri::NriSettings::from_config(&config.nri))
+        } else {
+            crate::nri::Nri::disabled()
         },
     })
 }

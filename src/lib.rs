@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod network;
+pub mod nri;
 pub mod oci;
 pub mod sandbox;
 pub mod snapshot;

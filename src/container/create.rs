@@ -101,6 +101,8 @@ impl Containers {
                 .map_err(|e| ("save the container record", e.into()))
         });
         if let Err((step, source)) = built {
+            // Plugins that heard of it hear it stop and go (nothing, if none did).
+            self.sandboxes.context().nri.create_failed(&record.id).await;
             let cleanup = teardown::release(self, &record).await.err();
             return Err(ContainerError::Create {
                 step,
@@ -111,7 +113,9 @@ impl Containers {
         crate::failpoint!("container.create.after_created_record");
         tracing::info!(pid = record.pid, "container created");
         let (pod_id, id) = (record.pod_id.clone(), record.id.clone());
+        let status = super::plugins::status(&record);
         self.insert(record);
+        self.sandboxes.context().nri.post_create(&id, &status).await;
         self.watch_pod(&pod_id);
         self.publish(&id, super::EventKind::Created, &pod_id);
         Ok(())
@@ -176,6 +180,19 @@ impl Containers {
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;
+        let mut prepared = prepared;
+        // NRI plugins adjust the spec before anything of the container runs.
+        let created = self
+            .sandboxes
+            .context()
+            .nri
+            .create_container(&super::plugins::info(record), &mut prepared.spec)
+            .await
+            .map_err(|e| ("run the NRI plugins' CreateContainer", e.into()))?;
+        if let Some(path) = created.cgroups_path {
+            prepare::retarget_cgroup(&self.ctx, &mut prepared.spec, &record.cgroup, &path);
+            record.cgroup = path;
+        }
         record.user = prepared.user;
         record.stop_signal = prepared.stop_signal;
         let dir = self.ctx.container_dir(&record.id);

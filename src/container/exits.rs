@@ -90,6 +90,7 @@ impl Containers {
                     crate::metrics::oom_kill();
                 }
                 tracing::info!(container_id = %id, code, reason, "container exited");
+                self.announce_exit(&record);
                 self.publish(id, super::EventKind::Stopped, &record.pod_id);
             }
             Err(e) => {

@@ -24,6 +24,7 @@ mod exits;
 mod io;
 pub mod model;
 mod observe;
+mod plugins;
 mod pod;
 mod ready;
 mod recover;
@@ -47,6 +48,7 @@ use observe::{events, stats, status};
 
 pub use events::{ContainerEvent, EventKind};
 pub use model::*;
+pub use plugins::PluginExecutor;
 pub use recover::RecoverySummary;
 pub use stats::{ContainerStats, LayerUsage, PodMetrics, PodUsage};
 pub use status::{ContainerFilter, ContainerView};
@@ -136,6 +138,8 @@ pub enum ContainerError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     AppArmor(#[from] apparmor::AppArmorError),
+    #[error(transparent)]
+    Nri(#[from] crate::nri::NriError),
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {

@@ -45,6 +45,7 @@ impl Containers {
                         summary.live += 1;
                         pods.insert(record.pod_id.clone());
                     }
+                    self.adopt_for_plugins(&record);
                     self.insert(record);
                 }
                 Err(e) => {

@@ -30,6 +30,7 @@ impl Containers {
                     table.names.remove(&key);
                 }
             }
+            me.sandboxes.context().nri.remove_container(&held.id).await;
             tracing::info!("container removed");
             me.publish(&held.id, super::EventKind::Deleted, &record.pod_id);
             Ok(())

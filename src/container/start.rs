@@ -21,6 +21,8 @@ impl Containers {
             }
             let pod = me.sandboxes.get(&record.pod_id)?;
             let monitor = monitor_of(&pod)?;
+            // Before the process runs: a plugin may refuse the start.
+            pod_nri(&me).start_container(&held.id).await?;
             held.entry.starting.store(true, Ordering::SeqCst);
             let started = monitor
                 .start(&held.id, me.ctx.monitor_timeout)
@@ -47,10 +49,17 @@ impl Containers {
             };
             crate::failpoint!("container.start.after_record");
             tracing::info!("container started");
+            pod_nri(&me)
+                .post_start(&held.id, &super::plugins::status(&record))
+                .await;
             me.publish(&held.id, super::EventKind::Started, &record.pod_id);
             me.take_pending_exit(&held.id, &held.entry);
             Ok(())
         })
         .await
     }
+}
+
+fn pod_nri(c: &Containers) -> &Arc<crate::nri::Nri> {
+    &c.sandboxes.context().nri
 }

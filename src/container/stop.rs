@@ -56,6 +56,7 @@ impl Containers {
                 .await
                 .map_err(ContainerError::monitor(&held.id, "sending the stop signal"))?;
             if wait_exit(&mut exited, timeout).await {
+                self.stopped_for_plugins(held).await;
                 return Ok(());
             }
             tracing::info!(?timeout, "container outlived its stop timeout; killing it");
@@ -64,6 +65,7 @@ impl Containers {
             .await
             .map_err(ContainerError::monitor(&held.id, "killing it"))?;
         if wait_exit(&mut exited, KILL_GRACE).await {
+            self.stopped_for_plugins(held).await;
             Ok(())
         } else {
             Err(ContainerError::Unkillable {
@@ -71,6 +73,17 @@ impl Containers {
                 timeout: KILL_GRACE,
             })
         }
+    }
+}
+
+impl Containers {
+    /// StopContainer returns once plugins heard the stop (the exit's own announcement and this
+    /// one go out once between them), so that a RemoveContainer after it reaches them after.
+    async fn stopped_for_plugins(&self, held: &Held) {
+        let record = held.entry.snapshot();
+        let nri = &self.sandboxes.context().nri;
+        nri.stop_container(&held.id, &super::plugins::status(&record))
+            .await;
     }
 }
 

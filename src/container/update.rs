@@ -23,10 +23,14 @@ impl Containers {
                 });
             }
             let linux = crate::oci::container_resources(&resources, &me.ctx.host)?;
+            // NRI plugins may change the limits before they apply (or refuse them).
+            let nri = me.sandboxes.context().nri.clone();
+            let linux = nri.update_container(&held.id, &linux).await?;
             let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
             super::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
             held.entry
                 .commit(&me.ctx, |r| r.spec.resources = resources)?;
+            nri.post_update(&held.id).await;
             tracing::info!("container resources updated");
             Ok(())
         })

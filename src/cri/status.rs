@@ -6,6 +6,7 @@ use crate::container::ContainerError;
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::network::CniError;
+use crate::nri::NriError;
 use crate::oci::SpecError;
 use crate::sandbox::{RunFailure, SandboxError};
 use crate::store::StoreError;
@@ -65,6 +66,19 @@ fn run_code(e: &RunFailure) -> Code {
         RunFailure::Io { source, .. } => io_code(source),
         RunFailure::Store(s) => store_code(s),
         RunFailure::Task(_) => Code::Internal,
+        RunFailure::Nri(e) => nri_code(e),
+    }
+}
+
+/// An NRI plugin refused (its error, two plugins' conflicting claims, an adjustment crust
+/// cannot apply): the node's plugins decide, not the request. A plugin that timed out or
+/// disconnected never gets here: it is dropped and the call goes on.
+fn nri_code(e: &NriError) -> Code {
+    match e {
+        NriError::Plugin { .. } | NriError::Conflict { .. } | NriError::Adjustment { .. } => {
+            Code::FailedPrecondition
+        }
+        NriError::Socket { .. } => Code::Unavailable,
     }
 }
 
@@ -122,6 +136,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Teardown { .. } => Code::Unavailable,
         // AppArmor on, but crust's profile cannot be loaded (no parser, a parser error).
         ContainerError::AppArmor(_) => Code::FailedPrecondition,
+        ContainerError::Nri(e) => nri_code(e),
     }
 }
 

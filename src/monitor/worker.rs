@@ -127,6 +127,11 @@ pub async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Opti
 
 fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
     sys::reset_signals();
+    // libcontainer writes the container's state to each OCI hook's stdin; a hook that does not
+    // read it (most) would kill the worker with SIGPIPE. A handler, not SIG_IGN: the container's
+    // own program still starts with SIGPIPE at its default (exec resets handled signals, not
+    // ignored ones).
+    let _ = sys::catch_signal(nix::sys::signal::Signal::SIGPIPE);
     init_tracing(log);
     let outcome = match job {
         Job::Create {

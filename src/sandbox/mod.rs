@@ -10,6 +10,7 @@
 
 pub mod host;
 pub mod model;
+pub(crate) mod plugins;
 pub(crate) mod ready;
 mod recover;
 mod remove;
@@ -98,6 +99,8 @@ pub enum RunFailure {
     },
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Nri(#[from] crate::nri::NriError),
     /// The task running the request failed (a panic, or the runtime shutting down).
     #[error("{0}")]
     Task(String),
@@ -131,6 +134,8 @@ pub struct SandboxContext {
     pub handlers: Vec<String>,
     /// How long a monitor may take to start or to stop.
     pub monitor_timeout: Duration,
+    /// The NRI plugins, told of each pod's life.
+    pub nri: Arc<crate::nri::Nri>,
     /// The sysctls a pod with a network namespace of its own gets unless it sets them itself.
     pub pod_sysctls: PodSysctlDefaults,
 }

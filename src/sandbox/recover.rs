@@ -117,6 +117,10 @@ impl Sandboxes {
         } else {
             summary.not_ready += 1;
         }
+        let stopped = record.phase == Phase::Stopped;
+        self.ctx
+            .nri
+            .adopt_pod(&super::plugins::pod_info(&record), stopped);
         let entry = self.insert(record);
         self.watch(&entry);
     }
@@ -191,6 +195,7 @@ mod tests {
             handlers: vec!["runc".into()],
             monitor_timeout: Duration::from_secs(1),
             pod_sysctls: Default::default(),
+            nri: crate::nri::Nri::disabled(),
         })
     }
 

@@ -10,7 +10,17 @@ use super::{SandboxContext, SandboxError, Sandboxes};
 impl Sandboxes {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let (me, id) = (self.clone(), id.to_owned());
-        super::detached(async move { me.remove_to_end(&id).await }).await
+        super::detached(async move {
+            me.tell_plugins_stop(&id).await;
+            let full = me.get(&id).map(|r| r.id.clone());
+            me.remove_to_end(&id).await?;
+            // Once it is gone, outside its lock.
+            if let Ok(full) = full {
+                me.ctx.nri.remove_pod(&full).await;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn remove_to_end(&self, id: &str) -> Result<(), SandboxError> {

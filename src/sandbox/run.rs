@@ -76,7 +76,19 @@ impl Sandboxes {
             });
         }
         crate::failpoint!("sandbox.run.after_creating_record");
-        let brought_up = bring_up(&self.ctx, &mut record, hostname).await;
+        let mut told_plugins = false;
+        let mut brought_up = bring_up(&self.ctx, &mut record, hostname).await;
+        if brought_up.is_ok() {
+            // Up but not yet visible: NRI plugins see the pod before any client does.
+            told_plugins = true;
+            let pod = super::plugins::pod_info(&record);
+            brought_up = self
+                .ctx
+                .nri
+                .run_pod(&pod)
+                .await
+                .map_err(|e| ("run the NRI plugins' RunPodSandbox", e.into()));
+        }
         let saved = match brought_up {
             Ok(()) => {
                 record.phase = Phase::Ready;
@@ -86,6 +98,9 @@ impl Sandboxes {
             Err(e) => Err(e),
         };
         if let Err((step, cause)) = saved {
+            if told_plugins {
+                self.ctx.nri.run_pod_failed(&record.id).await;
+            }
             let cleanup = teardown::release(&self.ctx, &record).await.err();
             if cleanup.is_none() {
                 let _ = crate::durable::remove_dir_all(&record.dir);

@@ -10,12 +10,24 @@ impl Sandboxes {
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let (me, id) = (self.clone(), id.to_owned());
         super::detached(async move {
+            me.tell_plugins_stop(&id).await;
             match me.hold(&id).await? {
                 Some(held) => me.release_held(&held).await,
                 None => Ok(()),
             }
         })
         .await
+    }
+
+    /// NRI's StopPodSandbox, before the pod's lock is taken (a plugin never holds up the pod's
+    /// other verbs): after its containers stopped (container/pod.rs), while the pod still has
+    /// its namespaces and network; once per pod, however many Stops come.
+    pub(super) async fn tell_plugins_stop(&self, id: &str) {
+        if let Ok(record) = self.get(id) {
+            if record.phase.holds_resources() {
+                self.ctx.nri.stop_pod(&record.id).await;
+            }
+        }
     }
 
     /// Releases what a held sandbox still holds and records the outcome: Stopped, or Exited

@@ -423,3 +423,29 @@ mod trim_tests {
         assert!(marked > 0);
     }
 }
+
+/// Makes `fd` the child's descriptor 3 when `cmd` is spawned (NRI's pre-connected plugin
+/// socket): the child gets its own copy without close-on-exec; the parent's stays as it is, so
+/// no other child the daemon starts at the same time inherits it.
+pub fn pass_fd_as_3(cmd: &mut std::process::Command, fd: OwnedFd) {
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only dup2 and fcntl,
+    // which are async-signal-safe; it allocates nothing. `fd` is moved into the closure, which
+    // the Command keeps until it is dropped, so the descriptor stays open until the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep = &fd;
+            if raw == 3 {
+                // dup2 onto itself would leave close-on-exec set: clear it instead.
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, 3) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -41,7 +41,8 @@ impl Crust {
             "image integration tests run the daemon and must run as root"
         );
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.toml"), without_reserve(config)).unwrap();
+        let config = with_private_nri(&without_reserve(config), dir.path());
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let child = spawn(dir.path());
         let mut c = Crust { dir, child };
         c.wait_ready();
@@ -61,7 +62,8 @@ impl Crust {
             Some(format!("size={mib}m").as_str()),
         )
         .unwrap();
-        std::fs::write(dir.path().join("config.toml"), without_reserve(config)).unwrap();
+        let config = with_private_nri(&without_reserve(config), dir.path());
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
         let child = spawn(dir.path());
         let mut c = Crust { dir, child };
         c.wait_ready();
@@ -216,6 +218,20 @@ pub type RawH2 = tower::util::BoxCloneService<
 /// The config that sends pulls of `host` to the test registry at `addr` over plain http.
 pub fn mirror_config(host: &str, addr: &str, extra: &str) -> String {
     format!("[registry.mirrors.\"{host}\"]\nendpoints = [\"http://{addr}\"]\n{extra}")
+}
+
+/// `config` with NRI on a socket and plugin directories under `dir`, unless it configures NRI
+/// itself: the machine's /var/run/nri/nri.sock may be another runtime's.
+pub fn with_private_nri(config: &str, dir: &Path) -> String {
+    if config.contains("[nri]") {
+        return config.to_owned();
+    }
+    format!(
+        "{config}\n[nri]\nsocket_path = {:?}\nplugin_path = {:?}\nplugin_config_path = {:?}\n",
+        dir.join("nri.sock"),
+        dir.join("nri-plugins"),
+        dir.join("nri-conf.d")
+    )
 }
 
 /// `config` with no free-space reserve unless it sets one: the tests share the machine's disk

@@ -37,6 +37,17 @@ pub fn require_root() {
     );
 }
 
+/// NRI on a socket and plugin directories of the daemon's own: the machine's
+/// /var/run/nri/nri.sock may be another runtime's, and /opt/nri/plugins the host's.
+pub fn private_nri(dir: &Path) -> String {
+    format!(
+        "[nri]\nsocket_path = {:?}\nplugin_path = {:?}\nplugin_config_path = {:?}\n",
+        dir.join("nri.sock"),
+        dir.join("nri-plugins"),
+        dir.join("nri-conf.d")
+    )
+}
+
 impl Daemon {
     /// A daemon with the default bridge network of its own.
     pub fn start() -> Daemon {
@@ -81,10 +92,13 @@ impl Daemon {
             // (see crust_daemon::without_reserve).
             format!(
                 // [network] stays last: tests append keys of theirs to it.
-                "default_cgroup_parent = {:?}\n[image]\nmin_free_percent = 0\n\
+                "default_cgroup_parent = {:?}\n[image]\nmin_free_percent = 0\n{}\
                  [network]\nconf_dir = {:?}\n\
                  bin_dirs = [{:?}, \"/usr/lib/cni\", \"/opt/cni/bin\"]\nmasquerade_subnets = []\n",
-                d.cgroup_parent, d.cni_conf, fixtures
+                d.cgroup_parent,
+                private_nri(&d.dir),
+                d.cni_conf,
+                fixtures
             ),
         )
         .unwrap();
@@ -187,6 +201,17 @@ impl Daemon {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Adds keys to the config's `[nri]` table (before the daemon starts).
+    pub fn nri_config(&self, keys: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text.replacen("[nri]\n", &format!("[nri]\n{keys}\n"), 1);
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn nri_socket(&self) -> PathBuf {
+        self.dir.join("nri.sock")
     }
 
     /// Adds TOML to the config file (before the daemon starts).

@@ -127,3 +127,12 @@ pub fn containerd_runtime_defaults() -> PathBuf {
     go_build_with(&module, ".", &out, &[], "-mod=readonly");
     out
 }
+
+/// The NRI plugin of `tests/fixtures/nri-plugin`: containerd's own `pkg/stub` (github.com/
+/// containerd/nri v0.12.3, as containerd 2.4.2 pins it), told by its flags what to do.
+pub fn nri_plugin() -> PathBuf {
+    let out = tools_dir().join("nri-plugin");
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nri-plugin");
+    go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
+    out
+}

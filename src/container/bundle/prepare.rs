@@ -219,6 +219,36 @@ const V1_CONTROLLERS: [&str; 12] = [
     "pids",
 ];
 
+/// Points the container's cgroup v1 bind mounts at `new` instead of `old` (an NRI plugin moved
+/// the container's cgroup after the spec was built).
+pub fn retarget_cgroup(ctx: &ContainerContext, spec: &mut Spec, old: &str, new: &str) {
+    let rel = |c: &str| {
+        let r = ctx.cgroups.relative_dir(c);
+        r.strip_prefix("/").unwrap_or(&r).to_owned()
+    };
+    let (old, new) = (rel(old), rel(new));
+    let Some(mounts) = spec.mounts_mut().as_mut() else {
+        return;
+    };
+    for m in mounts.iter_mut() {
+        if !m.destination().starts_with("/sys/fs/cgroup/") {
+            continue;
+        }
+        let moved = m.source().as_ref().and_then(|src| {
+            let hierarchy = src
+                .strip_prefix(&ctx.cgroups.root)
+                .ok()?
+                .components()
+                .next()?;
+            (src == &ctx.cgroups.root.join(hierarchy).join(&old))
+                .then(|| ctx.cgroups.root.join(hierarchy).join(&new))
+        });
+        if let Some(source) = moved {
+            m.set_source(Some(source));
+        }
+    }
+}
+
 /// The container's cgroup directory in each v1 hierarchy, by its name under the cgroup root
 /// (aliases such as `cpu` for `cpu,cpuacct` included), systemd's named one among them as runc
 /// mounts it.
