@@ -11,12 +11,14 @@
 # SPDY client (no crictl process start); EXEC_ONLY=1 measures only those two.
 # Port-forward throughput through that same client: 100 MiB into a pod's port and out of it
 # over PortForward, on SPDY and on SPDY in WebSocket, in turns with a plain copy over the pod's
-# own loopback; PORTFORWARD_ONLY=1 measures only that. The last lines compare crust with containerd where both were measured.
+# own loopback; PORTFORWARD_ONLY=1 measures only that. What one no-op NRI plugin adds to a
+# container's create and start, on crust alone; NRI_ONLY=1 measures only that. The last lines compare crust with containerd where both were measured.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
 EXEC_ONLY=${EXEC_ONLY:-}
 PORTFORWARD_ONLY=${PORTFORWARD_ONLY:-}
+NRI_ONLY=${NRI_ONLY:-}
 [ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
 [ -n "$PORTFORWARD_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-port-forward"
 cd "$(dirname "$0")/.."
@@ -92,6 +94,30 @@ exec_roundtrip() { # label endpoint
 
 echo "== crust $("$BIN/crust" version | awk '{print $2}')"
 mkdir -p "$W/crust"
+# What one NRI plugin costs a container: the lifecycle rows on the same daemon, first as it
+# ships (NRI on, no plugin), then with the no-op plugin of tests/fixtures/nri-plugin (NRI's own
+# pkg/stub) registered and subscribed to every event, answering each with no adjustment.
+nri_cost() {
+  local sock="unix://$W/crust/crust.sock" events="$W/nri-noop.events"
+  (cd tests/fixtures/nri-plugin && CGO_ENABLED=0 go build -mod=readonly -o "$W/nri-noop" .)
+  "$BIN/crust-bench-containers" --endpoint "$sock" --label crust-nri0 --image "$IMAGE" \
+    --only-lifecycle | tee -a "$W/rows"
+  "$W/nri-noop" -name noop -idx 10 -socket "$W/crust/nri.sock" -log "$events" \
+    >/dev/null 2>&1 & PIDS+=($!)
+  local noop=$!
+  # Registered once crust has synchronized it (the plugin logs that event).
+  for _ in $(seq 300); do grep -q Synchronize "$events" 2>/dev/null && break; sleep 0.1; done
+  grep -q Synchronize "$events" || { echo "the NRI plugin never synchronized" >&2; exit 1; }
+  "$BIN/crust-bench-containers" --endpoint "$sock" --label crust-nri1 --image "$IMAGE" \
+    --only-lifecycle | tee -a "$W/rows"
+  kill "$noop"; wait "$noop" 2>/dev/null || true
+  awk '
+    /CreateContainer\+StartContainer/ && ($1 == "crust-nri0" || $1 == "crust-nri1") {
+      for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
+    END { if (ms["crust-nri0"] && ms["crust-nri1"])
+      printf "%-12s %-34s %.2f ms without, %.2f ms with one no-op plugin: +%.2f ms\n", "nri", "CreateContainer+StartContainer", ms["crust-nri0"], ms["crust-nri1"], ms["crust-nri1"] - ms["crust-nri0"] }' "$W/rows"
+}
+
 # NRI as it ships (on, no plugins), on a socket of this run's own.
 printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
   "$W/net.d" "$W/crust/nri.sock" "$W/crust/nri-plugins" > "$W/crust/config.toml"
@@ -102,11 +128,15 @@ printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path 
 CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
-[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
-"$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
-  --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee "$W/rows"
-[ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
+if [ -z "$NRI_ONLY" ]; then
+  [ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+  "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
+    --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee "$W/rows"
+  [ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
+fi
+[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || nri_cost
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
+[ -z "$NRI_ONLY" ] || exit 0
 
 echo "== containerd $CTRD_DESC"
 C=$W/ctrd

@@ -3,7 +3,8 @@
 //! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
 //! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
 //! containers each, the memory a pod with five running containers costs the runtime, and how
-//! soon a GetContainerEvents subscriber hears of a container's exit.
+//! soon a GetContainerEvents subscriber hears of a container's exit. `--only-lifecycle` runs
+//! the first rows alone (the NRI comparison of hack/bench.sh).
 //!
 //! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
 //!   --image crust.bench/busybox:1
@@ -62,6 +63,10 @@ struct Args {
     /// Measure only the port-forward transfers.
     #[arg(long)]
     only_port_forward: bool,
+    /// Measure only the lifecycle (create, start, exec, stop, remove): hack/bench.sh runs it
+    /// without and with an NRI plugin on the same daemon.
+    #[arg(long)]
+    only_lifecycle: bool,
     /// Which ways the port-forward transfers go.
     #[arg(long, value_delimiter = ',', default_value = "up,down")]
     port_forward_ways: Vec<String>,
@@ -83,6 +88,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only_port_forward {
         return port_forwards(&mut c, &args).await;
+    }
+    if args.only_lifecycle {
+        return lifecycle(&mut c, &args).await;
     }
     lifecycle(&mut c, &args).await?;
     stream_execs(&mut c, &args).await?;
