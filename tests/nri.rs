@@ -515,9 +515,24 @@ async fn a_pre_installed_plugin_is_started_by_crust_with_its_configuration() {
             "-events\nRunPodSandbox,StopPodSandbox\n",
         )
         .unwrap();
-        // Not executable, not NN-name: not plugins.
+        // Not plugins, each of which would leave a mark if crust ran it: an executable not
+        // named NN-name, and an NN-name that is not executable.
+        for (name, mode) in [("xx-odd", 0o755), ("06-plain", 0o644)] {
+            let path = plugins.join(name);
+            let mark = d.dir.join(format!("{name}.ran"));
+            std::fs::write(
+                &path,
+                format!(
+                    "#!/bin/sh
+touch {}
+",
+                    mark.display()
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
         std::fs::write(plugins.join("README"), "").unwrap();
-        std::fs::write(plugins.join("xx-odd"), "").unwrap();
     })
     .await;
     let events = || -> Vec<Value> {
@@ -547,5 +562,102 @@ async fn a_pre_installed_plugin_is_started_by_crust_with_its_configuration() {
         .collect();
     // Only what it subscribed to.
     assert_eq!(got, ["RunPodSandbox", "StopPodSandbox"]);
+    for name in ["xx-odd", "06-plain"] {
+        let mark = e.d.dir.join(format!("{name}.ran"));
+        assert!(!mark.exists(), "crust ran {name}, which is not a plugin");
+    }
     let _ = std::fs::remove_file(&log);
+}
+
+/// A daemon whose CDI registry is one directory of this test's, holding `crust.test/nri`:
+/// device `a` (an environment variable and a device node made here, 1:3 like /dev/null).
+async fn env_with_cdi() -> (Env, PathBuf) {
+    let mut file = None;
+    let e = Env::start_with(|d| {
+        let dir = d.dir.join("cdi");
+        std::fs::create_dir_all(&dir).unwrap();
+        let node = d.dir.join("nri-null");
+        let made = Command::new("mknod")
+            .args(["-m", "0666"])
+            .arg(&node)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mknod {}", node.display());
+        let spec = json!({
+            "cdiVersion": "0.7.0",
+            "kind": "crust.test/nri",
+            "devices": [{"name": "a", "containerEdits": {
+                "env": ["FROM_NRI_CDI=a"],
+                "deviceNodes": [{"path": "/dev/nri-cdi", "hostPath": node}]
+            }}]
+        });
+        let path = dir.join("nri.json");
+        std::fs::write(&path, spec.to_string()).unwrap();
+        file = Some(path);
+        // A top-level key goes before the config's first table.
+        let text = std::fs::read_to_string(&d.config).unwrap();
+        let dirs = format!("cdi_spec_dirs = [{dir:?}]\n");
+        std::fs::write(&d.config, dirs + &text).unwrap();
+    })
+    .await;
+    (e, file.unwrap())
+}
+
+#[tokio::test]
+async fn a_plugins_cdi_device_comes_from_the_nodes_registry_and_a_missing_one_fails_clearly() {
+    let (mut e, file) = env_with_cdi().await;
+    let adjust = json!({"CDI_devices": [{"name": "crust.test/nri=a"}]});
+    let _plugin = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "devices",
+        "10",
+        &["-match", "with-device", "-adjust", &adjust.to_string()],
+    );
+    let pod = e.pod("nri-cdi").await;
+    let id = e
+        .run(&pod, e.config("with-device", &["sleep", "600"]))
+        .await;
+    let env = e.sh(&id, "cat /proc/1/environ | tr '\\0' '\\n'").await;
+    assert!(env.lines().any(|l| l == "FROM_NRI_CDI=a"), "{env}");
+    // Written through the node CDI added (and the device cgroup rule it brings).
+    e.sh(&id, "echo x > /dev/nri-cdi").await;
+    let info = e.info(&id).await;
+    assert_eq!(
+        info["cdiDevices"],
+        json!([{"name": "crust.test/nri=a", "specFile": file}])
+    );
+    e.remove(&id).await;
+
+    // A device the node's registry does not have: CreateContainer fails naming the plugin
+    // and the device, and leaves nothing behind.
+    let _missing = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "missing",
+        "20",
+        &[
+            "-match",
+            "without-device",
+            "-adjust",
+            &json!({"CDI_devices": [{"name": "crust.test/nri=gone"}]}).to_string(),
+        ],
+    );
+    let err = e
+        .create(&pod, e.config("without-device", &["sleep", "600"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    let msg = err.message();
+    assert!(
+        msg.contains("20-missing") && msg.contains("crust.test/nri=gone"),
+        "{msg}"
+    );
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
 }

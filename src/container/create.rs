@@ -121,6 +121,43 @@ impl Containers {
         Ok(())
     }
 
+    /// The CDI devices NRI plugins asked for, resolved in the node's CDI registry and injected
+    /// into `spec` after every plugin's adjustment (containerd's order), but those the request
+    /// itself already injected. A device the registry cannot give fails CreateContainer with
+    /// an error naming the plugins that asked, and the device.
+    async fn inject_plugins_cdi(
+        &self,
+        record: &mut ContainerRecord,
+        spec: &mut oci_spec::runtime::Spec,
+        asked: &[(String, String)],
+        already: &Resolved,
+    ) -> Result<(), ContainerError> {
+        let mut names: Vec<String> = Vec::new();
+        for (name, _) in asked {
+            if !already.devices.iter().any(|d| &d.name == name) && !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        let mut plugins: Vec<&str> = asked.iter().map(|(_, p)| p.as_str()).collect();
+        plugins.dedup();
+        let failed = |e: crate::cdi::CdiError| {
+            ContainerError::Nri(crate::nri::NriError::Adjustment {
+                plugin: plugins.join(", "),
+                message: format!("its CDI devices: {e}"),
+            })
+        };
+        let dirs = self.ctx.cdi_spec_dirs.clone();
+        let resolved = blocking(move || crate::cdi::Registry::load(&dirs).resolve(&names)).await;
+        let resolved = match resolved {
+            Ok(r) => r,
+            Err(ContainerError::Cdi(e)) => return Err(failed(e)),
+            Err(e) => return Err(e),
+        };
+        crate::cdi::apply(&resolved, spec).map_err(failed)?;
+        record.cdi_devices.extend(resolved.injected());
+        Ok(())
+    }
+
     async fn build(
         &self,
         pod: &SandboxRecord,
@@ -189,6 +226,11 @@ impl Containers {
             .create_container(&super::plugins::info(record), &mut prepared.spec)
             .await
             .map_err(|e| ("run the NRI plugins' CreateContainer", e.into()))?;
+        if !created.cdi_devices.is_empty() {
+            self.inject_plugins_cdi(record, &mut prepared.spec, &created.cdi_devices, cdi)
+                .await
+                .map_err(|e| ("inject the NRI plugins' CDI devices", e))?;
+        }
         if let Some(path) = created.cgroups_path {
             prepare::retarget_cgroup(&self.ctx, &mut prepared.spec, &record.cgroup, &path);
             record.cgroup = path;

@@ -285,12 +285,11 @@ impl Nri {
                         message,
                     },
                 )?;
-                if !adj.cdi_devices.is_empty() {
-                    return Err(adjust_error(
-                        &plugin,
-                        "crust does not resolve CDI devices".into(),
-                    ));
-                }
+                created.cdi_devices.extend(
+                    adj.cdi_devices
+                        .iter()
+                        .map(|d| (d.name.clone(), plugin.clone())),
+                );
                 spec::apply(adj, &mut json).map_err(|m| adjust_error(&plugin, m))?;
                 if let Some(path) = adj
                     .linux

@@ -180,6 +180,10 @@ pub struct Eviction {
 pub struct Created {
     /// The cgroup a plugin moved the container to, if one did.
     pub cgroups_path: Option<String>,
+    /// The CDI devices plugins asked for (the device's name, the plugin's), in their order:
+    /// the container room resolves and injects them after every plugin adjusted the spec, as
+    /// containerd does (NRI itself knows no CDI registry).
+    pub cdi_devices: Vec<(String, String)>,
 }
 
 /// What the container room does for plugins: apply their updates and evictions to live
