@@ -272,6 +272,21 @@ async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_evicti
         e["detail"] == "failed=1"
     });
     assert!(plugin.events().len() > before);
+    // So is one crust cannot express (a block I/O class), not dropped in silence.
+    let req = json!({"update": [{"container_id": id, "linux": {"resources": {
+        "blockio_class": {"value": "gold"}}}}]});
+    std::fs::write(&update, req.to_string()).unwrap();
+    let failed_ones = |p: &Plugin| {
+        p.events()
+            .iter()
+            .filter(|e| e["event"] == "UpdateContainers" && e["detail"] == "failed=1")
+            .count()
+    };
+    assert_eq!(failed_ones(&plugin), 1);
+    signal(&plugin);
+    plugin.wait_for("its third update", Duration::from_secs(20), |_| {
+        failed_ones(&plugin) == 2
+    });
     // An eviction stops the container. pkg/stub cannot send one: a plugin made of NRI's own
     // multiplexer, ttrpc and generated client does.
     let evict = e.d.dir.join("evict.json");

@@ -578,7 +578,8 @@ impl Nri {
                 reason: e.reason,
             })
             .collect();
-        let updates = self.resource_updates(&merged);
+        // Refused ones were logged; no plugin waits on these.
+        let (updates, _refused) = self.resource_updates(&merged);
         self.apply_effects(updates, evictions);
     }
 }

@@ -230,7 +230,7 @@ impl Nri {
         let me = Arc::downgrade(self);
         tokio::spawn(serve(me, plugin, incoming));
         if !updates.is_empty() {
-            let updates = self.resource_updates(&updates);
+            let (updates, _refused) = self.resource_updates(&updates);
             self.apply_effects(updates, Vec::new());
         }
         Ok(())
@@ -238,24 +238,30 @@ impl Nri {
 
     /// NRI updates as the container room applies them; an update crust cannot express is
     /// dropped with a warning (no live container takes it).
-    pub(super) fn resource_updates(&self, updates: &[api::ContainerUpdate]) -> Vec<ResourceUpdate> {
-        updates
-            .iter()
-            .filter_map(|u| {
-                let r = u.linux.as_ref()?.resources.as_ref()?;
-                match to_oci(r) {
-                    Ok(resources) => Some(ResourceUpdate {
-                        container_id: u.container_id.clone(),
-                        resources,
-                        ignore_failure: u.ignore_failure,
-                    }),
-                    Err(e) => {
-                        tracing::warn!(container_id = %u.container_id, error = %e, "NRI update not applied");
-                        None
-                    }
+    /// The updates as OCI resources, and the ids of the containers whose update crust cannot
+    /// express (a block I/O or RDT class): those are failed updates, never silently dropped.
+    pub(super) fn resource_updates(
+        &self,
+        updates: &[api::ContainerUpdate],
+    ) -> (Vec<ResourceUpdate>, Vec<String>) {
+        let (mut out, mut refused) = (Vec::new(), Vec::new());
+        for u in updates {
+            let Some(r) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
+                continue;
+            };
+            match to_oci(r) {
+                Ok(resources) => out.push(ResourceUpdate {
+                    container_id: u.container_id.clone(),
+                    resources,
+                    ignore_failure: u.ignore_failure,
+                }),
+                Err(e) => {
+                    tracing::warn!(container_id = %u.container_id, error = %e, "NRI update not applied");
+                    refused.push(u.container_id.clone());
                 }
-            })
-            .collect()
+            }
+        }
+        (out, refused)
     }
 
     /// Applies plugins' updates and evictions in the background: they change other containers,
@@ -350,8 +356,9 @@ impl Nri {
         let Some(executor) = self.executor() else {
             return rpc::refused(rpc::UNIMPLEMENTED, "crust is not ready for updates".into());
         };
-        let updates = self.resource_updates(&req.update);
-        let failed_ids = executor.update(updates).await;
+        let (updates, refused) = self.resource_updates(&req.update);
+        let mut failed_ids = executor.update(updates).await;
+        failed_ids.extend(refused);
         for e in req.evict {
             let eviction = Eviction {
                 container_id: e.container_id,
