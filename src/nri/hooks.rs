@@ -266,6 +266,7 @@ impl Nri {
         self.lock_table().containers.insert(info.id.clone(), known);
         let (mut owners, mut updates) = (Owners::default(), Updates::default());
         let (mut evictions, mut created, mut adjusted) = (Vec::new(), Created::default(), false);
+        let mut adjusters: Vec<String> = Vec::new();
         for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
             let req = api::CreateContainerRequest {
                 pod: Some(pod.clone()),
@@ -279,6 +280,7 @@ impl Nri {
             };
             let plugin = p.name();
             if let Some(adj) = &answer.adjust {
+                adjusters.push(plugin.clone());
                 merge::claim_adjustment(&mut owners, &info.id, adj, &plugin).map_err(
                     |message| NriError::Conflict {
                         event: name(event),
@@ -318,7 +320,7 @@ impl Nri {
         }
         if adjusted {
             *spec = serde_json::from_value(json).map_err(|e| NriError::Adjustment {
-                plugin: "the plugins".into(),
+                plugin: adjusters.join(", "),
                 message: format!("the adjusted spec is not a valid OCI spec: {e}"),
             })?;
             if let Some(k) = self.lock_table().containers.get_mut(&info.id) {
@@ -500,6 +502,7 @@ impl Nri {
         let mut wanted = spec::resources(&json);
         let (mut owners, mut updates, mut evictions) =
             (Owners::default(), Updates::default(), Vec::new());
+        let mut updaters = Vec::new();
         for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
             let req = api::UpdateContainerRequest {
                 pod: Some(pod.clone()),
@@ -510,6 +513,9 @@ impl Nri {
                 .ask::<_, api::UpdateContainerResponse>(p, event, &req)
                 .await?
             {
+                if a.update.iter().any(|u| u.container_id == id) {
+                    updaters.push(p.name());
+                }
                 updates
                     .add(&mut owners, &a.update, &p.name())
                     .map_err(|message| NriError::Conflict {
@@ -533,7 +539,7 @@ impl Nri {
         match changed {
             None => Ok(requested.clone()),
             Some(_) => to_oci(&wanted).map_err(|message| NriError::Adjustment {
-                plugin: "the plugins".into(),
+                plugin: updaters.join(", "),
                 message,
             }),
         }
