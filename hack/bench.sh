@@ -112,10 +112,16 @@ nri_cost() {
     --only-lifecycle | tee -a "$W/rows"
   kill "$noop"; wait "$noop" 2>/dev/null || true
   awk '
-    /CreateContainer\+StartContainer/ && ($1 == "crust-nri0" || $1 == "crust-nri1") {
-      for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
-    END { if (ms["crust-nri0"] && ms["crust-nri1"])
-      printf "%-12s %-34s %.2f ms without, %.2f ms with one no-op plugin: +%.2f ms\n", "nri", "CreateContainer+StartContainer", ms["crust-nri0"], ms["crust-nri1"], ms["crust-nri1"] - ms["crust-nri0"] }' "$W/rows"
+    ($1 == "crust-nri0" || $1 == "crust-nri1") && /(CreateContainer|StartContainer)  / {
+      for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1, $2] = v } }
+    END {
+      split("CreateContainer|StartContainer|CreateContainer+StartContainer", rows, "|")
+      for (r = 1; r <= 3; r++) {
+        a = ms["crust-nri0", rows[r]]; b = ms["crust-nri1", rows[r]]
+        if (a && b)
+          printf "%-12s %-34s %.2f ms without, %.2f ms with one no-op plugin: %+.2f ms\n", "nri", rows[r], a, b, b - a
+      }
+    }' "$W/rows"
 }
 
 # NRI as it ships (on, no plugins), on a socket of this run's own.
