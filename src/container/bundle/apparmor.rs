@@ -86,18 +86,20 @@ impl AppArmor {
     }
 
     /// Loads `crust-default` unless a profile of that name is loaded; returns whether this
-    /// call loaded it.
+    /// call loaded it. crust's text is under the state directory either way (written when
+    /// missing), so that an operator, or a test, can load or unload it from there: a profile
+    /// already loaded may be another crust's (an earlier daemon of this boot) or the
+    /// operator's own, which is used as it is.
     pub fn ensure_default(&self) -> Result<bool, AppArmorError> {
+        let path = self.dir.join(DEFAULT_PROFILE);
         if self.is_loaded(DEFAULT_PROFILE)? {
+            if !path.exists() {
+                self.write_default(&path)?;
+            }
             return Ok(false);
         }
         let parser = self.parser.as_ref().ok_or(AppArmorError::NoParser)?;
-        let path = self.dir.join(DEFAULT_PROFILE);
-        let text = default_profile(&Macros::of_host(), &daemon_profile());
-        write_atomically(&path, &text).map_err(|source| AppArmorError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        self.write_default(&path)?;
         // -K: no cache (the text follows the host and crust's version); -r: replace, so a
         // profile loaded between the check and now is not an error.
         let out = std::process::Command::new(parser)
@@ -113,6 +115,14 @@ impl AppArmor {
             return Err(AppArmorError::Load { path, detail });
         }
         Ok(true)
+    }
+
+    fn write_default(&self, path: &Path) -> Result<(), AppArmorError> {
+        let text = default_profile(&Macros::of_host(), &daemon_profile());
+        write_atomically(path, &text).map_err(|source| AppArmorError::Write {
+            path: path.to_owned(),
+            source,
+        })
     }
 
     /// Whether `apparmor_parser` is installed.
