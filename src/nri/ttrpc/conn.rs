@@ -99,23 +99,19 @@ impl Conn {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
-        let stream = self.shared.next_stream.fetch_add(2, Ordering::SeqCst);
         let request = rpc::Request {
             service: service.to_owned(),
             method: method.to_owned(),
             payload,
             timeout_nano: i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX),
             metadata: Vec::new(),
-        };
-        let msg = Message {
-            stream,
-            kind: Kind::Request,
-            flags: 0,
-            payload: request.encode_to_vec(),
-        };
-        let bytes = message::encode(&msg).map_err(|e| CallError::Decode(e.to_string()))?;
+        }
+        .encode_to_vec();
         let (tx, rx) = oneshot::channel();
-        {
+        // The stream id is taken and the frames queued under one lock: ttrpc's peer refuses a
+        // stream id lower than one it has seen ("StreamID cannot be re-used and must
+        // increment"), so two calls racing must reach the socket in the order of their ids.
+        let (stream, sent) = {
             let mut pending = self
                 .shared
                 .pending
@@ -124,11 +120,20 @@ impl Conn {
             if *self.shared.closed.borrow() {
                 return Err(CallError::Closed);
             }
+            let stream = self.shared.next_stream.fetch_add(2, Ordering::SeqCst);
+            let msg = Message {
+                stream,
+                kind: Kind::Request,
+                flags: 0,
+                payload: request,
+            };
+            let bytes = message::encode(&msg).map_err(|e| CallError::Decode(e.to_string()))?;
+            let mut frames = Vec::with_capacity(bytes.len() + bytes.len() / 512 + 8);
+            mux::encode(mux::PLUGIN_SERVICE, &bytes, &mut frames);
             pending.insert(stream, tx);
-        }
-        let mut frames = Vec::with_capacity(bytes.len() + bytes.len() / 512 + 8);
-        mux::encode(mux::PLUGIN_SERVICE, &bytes, &mut frames);
-        if self.shared.out.send(frames).is_err() {
+            (stream, self.shared.out.send(frames).is_ok())
+        };
+        if !sent {
             self.shared.close();
             return Err(CallError::Closed);
         }
