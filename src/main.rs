@@ -174,11 +174,29 @@ fn config_command(command: ConfigCommand) -> anyhow::Result<()> {
     match command {
         ConfigCommand::Default => print!("{}", crust::config::DEFAULT_TOML),
         ConfigCommand::Dump { files, args } => {
-            let loaded = load_layers(args)?;
+            // The running daemon's state directory: the flag's, else the files' (when they
+            // load), else the default.
+            let flag_state = args.state.clone();
+            let loaded = load_layers(args);
+            let state = flag_state
+                .or_else(|| loaded.as_ref().ok().map(|l| l.config.state.clone()))
+                .unwrap_or_else(|| Config::default().state);
             let running = (!files)
-                .then(|| crust::daemon::running_config(&loaded.config.state))
+                .then(|| crust::daemon::running_config(&state))
                 .flatten();
-            print!("{}", crust::config::dump::report(&loaded, running.as_ref()));
+            match (loaded, running) {
+                (Ok(loaded), running) => {
+                    print!("{}", crust::config::dump::report(&loaded, running.as_ref()))
+                }
+                (Err(e), Some(running)) => {
+                    let why = render(&e);
+                    print!(
+                        "{}",
+                        crust::config::dump::report_running(&running, Err(&why))
+                    );
+                }
+                (Err(e), None) => return Err(e),
+            }
         }
     }
     Ok(())

@@ -42,7 +42,7 @@ fn address(path: &str) -> std::io::Result<SocketAddr> {
 
 /// `READY=1`: the daemon serves (at start, and when a reload ends).
 pub fn ready(status: &str) {
-    send(&format!("READY=1\nSTATUS={status}"));
+    send(&format!("READY=1\nSTATUS={}", one_line(status)));
 }
 
 /// `RELOADING=1`: a reload began (ended by `ready`).
@@ -55,7 +55,12 @@ pub fn reloading() {
 
 /// `STOPPING=1`: the daemon is stopping.
 pub fn stopping(status: &str) {
-    send(&format!("STOPPING=1\nSTATUS={status}"));
+    send(&format!("STOPPING=1\nSTATUS={}", one_line(status)));
+}
+
+/// A status on one line: every line of a message is a `KEY=value` of its own.
+fn one_line(status: &str) -> String {
+    status.replace('\n', " ")
 }
 
 /// CLOCK_MONOTONIC in microseconds, as systemd reads it.

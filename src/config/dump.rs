@@ -109,24 +109,32 @@ pub fn render(entries: &[(String, String, Origin)]) -> String {
 /// loaded, its last reload, what waits for a restart, where the files now differ), else the one
 /// the files and flags give (`from_files`).
 pub fn report(from_files: &Loaded, running: Option<&RunningConfig>) -> String {
-    let mut out = String::new();
-    let files = |list: &[PathBuf]| {
-        if list.is_empty() {
-            "no file (defaults and flags)".to_owned()
-        } else {
-            let names: Vec<String> = list.iter().map(|f| f.display().to_string()).collect();
-            names.join(", ")
+    match running {
+        Some(r) => report_running(r, Ok(from_files)),
+        None => {
+            let mut out = format!(
+                "# crust is not running: the configuration {} and the flags give.\n",
+                files(&from_files.files)
+            );
+            out.push_str(&render(&entries(from_files)));
+            out
         }
-    };
-    let Some(r) = running else {
-        let _ = writeln!(
-            out,
-            "# crust is not running: the configuration {} and the flags give.",
-            files(&from_files.files)
-        );
-        out.push_str(&render(&entries(from_files)));
-        return out;
-    };
+    }
+}
+
+fn files(list: &[PathBuf]) -> String {
+    if list.is_empty() {
+        "no file (defaults and flags)".to_owned()
+    } else {
+        let names: Vec<String> = list.iter().map(|f| f.display().to_string()).collect();
+        names.join(", ")
+    }
+}
+
+/// The running daemon's configuration, against what the files give now (or why they do not
+/// load).
+pub fn report_running(r: &RunningConfig, from_files: Result<&Loaded, &str>) -> String {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "# The configuration of the running crust (pid {}), loaded at {} from {}.",
@@ -157,7 +165,16 @@ pub fn report(from_files: &Loaded, running: Option<&RunningConfig>) -> String {
     for c in &r.pending {
         let _ = writeln!(out, "# Waits for a restart of crust: {c}");
     }
-    let now = entries(from_files);
+    let now = match from_files {
+        Ok(loaded) => entries(loaded),
+        Err(why) => {
+            let _ = writeln!(
+                out,
+                "# The files do not load now (a reload would fail): {why}"
+            );
+            Vec::new()
+        }
+    };
     let differ: Vec<&str> = r
         .entries
         .iter()

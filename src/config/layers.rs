@@ -143,9 +143,9 @@ fn read_layer(file: &Path) -> Result<toml::Table, ConfigError> {
         path: file.to_owned(),
         source,
     })?;
-    let parse = |source: toml::de::Error| ConfigError::Parse {
+    let parse = |e: toml::de::Error| ConfigError::Parse {
         path: file.to_owned(),
-        source: Box::new(source),
+        msg: one_line(&e, &text),
     };
     let table: toml::Table = toml::from_str(&text).map_err(parse)?;
     let version = match table.get("version") {
@@ -171,6 +171,20 @@ fn read_layer(file: &Path) -> Result<toml::Table, ConfigError> {
         .try_into::<Config>()
         .map_err(parse)?;
     Ok(table)
+}
+
+/// A TOML error as one line: where (line and column, when it says) and what.
+fn one_line(e: &toml::de::Error, text: &str) -> String {
+    let what = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {what}")
+        }
+        None => what,
+    }
 }
 
 /// Brings a file of an older format version to the current one. Version 1 is the first: a

@@ -25,11 +25,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("parsing {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: Box<toml::de::Error>,
-    },
+    /// One line: it reaches logs, `STATUS=` lines and gRPC messages.
+    #[error("parsing {path}: {msg}")]
+    Parse { path: PathBuf, msg: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
