@@ -11,7 +11,7 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
 .PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images critest e2e-node \
-	tools kubelet containerd clean
+	tools kubelet containerd deb clean
 
 all: build
 
@@ -100,6 +100,14 @@ bench-images:
 	hack/install-deps.sh bench
 	$(CARGO) build --release --bins
 	hack/bench-images.sh
+
+## The Debian package, target/deb/crust_<version>_amd64.deb (hack/deb.sh): the release binary,
+## its systemd unit, the default configuration as a conffile. DEB_VERSION overrides Cargo.toml's
+## version (an upgrade test builds a second, higher one).
+deb:
+	hack/install-deps.sh build
+	$(CARGO) build --release --bins
+	hack/deb.sh $(if $(DEB_VERSION),--version $(DEB_VERSION))
 
 ## The Go-built tools, each into the cache (reused while go.mod and go.sum are unchanged).
 tools:

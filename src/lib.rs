@@ -3,6 +3,7 @@
 
 pub mod cdi;
 pub mod check;
+pub mod clock;
 pub mod config;
 pub mod container;
 pub mod cri;
@@ -11,10 +12,12 @@ pub mod durable;
 pub mod events;
 pub mod failpoint;
 pub mod image;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod network;
+pub mod notify;
 pub mod nri;
 pub mod oci;
 pub mod sandbox;

@@ -1,11 +1,13 @@
 //! The `crust` command: `serve` runs the daemon, `monitor` is the per-pod monitor the daemon
-//! spawns (never run by hand), `check` inspects the host, `image import|ls` work on the image
-//! store directly (with or without a running daemon), `version` prints the version.
+//! spawns (never run by hand), `check` inspects the host, `config default|dump` print the
+//! default and the effective configuration, `image import|ls` work on the image store directly
+//! (with or without a running daemon), `version` prints the version.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use crust::config::layers::{LoadRequest, Loaded};
 use crust::config::{Config, LogFormat, Overrides};
 
 #[derive(Parser)]
@@ -21,7 +23,8 @@ struct Cli {
 
 #[derive(clap::Args, Default)]
 struct DaemonArgs {
-    /// Configuration file (default /etc/crust/config.toml when it exists).
+    /// Configuration file (default /etc/crust/config.toml when it exists); the *.toml files of
+    /// the config.d directory beside it apply after it, in lexical order.
     #[arg(long)]
     config: Option<PathBuf>,
     /// CRI endpoint: unix:///path or /path.
@@ -47,6 +50,11 @@ enum Command {
     Serve(DaemonArgs),
     /// Check that this host can run crust, and print what is missing.
     Check(DaemonArgs),
+    /// Print the default configuration, or the effective one with where each value came from.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Work on the image store directly (safe while the daemon runs: it sees the changes).
     Image {
         #[command(subcommand)]
@@ -59,6 +67,22 @@ enum Command {
     Monitor {
         #[arg(long)]
         sandbox: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Every key with its default value and a comment (what the package installs as
+    /// /etc/crust/config.toml).
+    Default,
+    /// The effective configuration, each value with its origin: the running daemon's (what it
+    /// loaded at start or at its last reload) when one runs, else what the files and flags give.
+    Dump {
+        /// What the files and flags give now, even while a daemon runs.
+        #[arg(long)]
+        files: bool,
+        #[command(flatten)]
+        args: DaemonArgs,
     },
 }
 
@@ -124,12 +148,14 @@ fn render(e: &anyhow::Error) -> String {
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => {
-            let config = load(args)?;
-            init_tracing(&config);
+            let loaded = load_layers(args)?;
+            let c = &loaded.config;
+            let log = crust::logging::init(&c.log_level, c.log_format)?;
             #[cfg(debug_assertions)]
             crust::failpoint::arm().map_err(anyhow::Error::msg)?;
-            crust::daemon::run(config)?;
+            crust::daemon::run(loaded, Some(log))?;
         }
+        Command::Config { command } => config_command(command)?,
         Command::Check(args) => {
             let config = load(args)?;
             let problems = crust::check::run(&config);
@@ -140,6 +166,38 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Image { command } => image_command(command)?,
         Command::Version => println!("crust {}", env!("CARGO_PKG_VERSION")),
         Command::Monitor { .. } => unreachable!("dispatched in main"),
+    }
+    Ok(())
+}
+
+fn config_command(command: ConfigCommand) -> anyhow::Result<()> {
+    match command {
+        ConfigCommand::Default => print!("{}", crust::config::DEFAULT_TOML),
+        ConfigCommand::Dump { files, args } => {
+            // The running daemon's state directory: the flag's, else the files' (when they
+            // load), else the default.
+            let flag_state = args.state.clone();
+            let loaded = load_layers(args);
+            let state = flag_state
+                .or_else(|| loaded.as_ref().ok().map(|l| l.config.state.clone()))
+                .unwrap_or_else(|| Config::default().state);
+            let running = (!files)
+                .then(|| crust::daemon::running_config(&state))
+                .flatten();
+            match (loaded, running) {
+                (Ok(loaded), running) => {
+                    print!("{}", crust::config::dump::report(&loaded, running.as_ref()))
+                }
+                (Err(e), Some(running)) => {
+                    let why = render(&e);
+                    print!(
+                        "{}",
+                        crust::config::dump::report_running(&running, Err(&why))
+                    );
+                }
+                (Err(e), None) => return Err(e),
+            }
+        }
     }
     Ok(())
 }
@@ -233,6 +291,11 @@ fn human(bytes: u64) -> String {
 }
 
 fn load(a: DaemonArgs) -> anyhow::Result<Config> {
+    load_layers(a).map(|l| l.config)
+}
+
+/// The configuration files and flags, with where each value came from.
+fn load_layers(a: DaemonArgs) -> anyhow::Result<Loaded> {
     let overrides = Overrides {
         listen: a.listen,
         root: a.root,
@@ -240,21 +303,9 @@ fn load(a: DaemonArgs) -> anyhow::Result<Config> {
         log_level: a.log_level,
         log_format: a.log_format,
     };
-    Config::load(a.config.as_deref(), overrides).context("loading configuration")
-}
-
-fn init_tracing(config: &Config) {
-    // libcgroups announces its manager at info level, and every controller this host lacks at warn level, for every cgroup it touches.
-    let filter =
-        tracing_subscriber::EnvFilter::new(format!("{},libcgroups=error", config.log_level));
-    use std::io::IsTerminal;
-    // Colour only for a person at a terminal; a log file gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match config.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    crust::config::layers::load(LoadRequest {
+        path: a.config,
+        overrides,
+    })
+    .context("loading configuration")
 }

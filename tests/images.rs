@@ -1115,7 +1115,8 @@ async fn a_broken_registry_gets_clear_errors_and_no_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_http_and_untrusted_tls_say_which_setting_to_change() {
+async fn plain_http_on_this_node_works_and_elsewhere_and_untrusted_tls_say_which_setting_to_change()
+{
     let reg = Registry::start(Auth::None);
     let img = busybox_image();
     reg.push("app", "1", &img).await;
@@ -1125,16 +1126,38 @@ async fn plain_http_and_untrusted_tls_say_which_setting_to_change() {
         tls.addr,
         tls.ca.display()
     ));
-    // A plain-http registry named by its address only: crust speaks TLS to it and says how
-    // to allow plain http.
-    let e = pull(&c, &format!("{}/app:1", reg.addr), None)
-        .await
-        .unwrap_err();
+    // A plain-http registry on this node, named by its loopback address or as localhost, is
+    // pulled from over plain http without a mirror entry once it refuses HTTPS (as containerd
+    // does); the same registry named by a name that is not a loopback one stays HTTPS-only,
+    // and the error says how to allow plain http.
+    let port = reg.addr.rsplit_once(':').unwrap().1;
+    for local in [reg.addr.clone(), format!("localhost:{port}")] {
+        assert_eq!(
+            pull(&c, &format!("{local}/app:1"), None).await.unwrap(),
+            img.id(),
+            "{local}"
+        );
+    }
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let resolved = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 0))
+        .map(|mut a| a.any(|a| a.ip().is_loopback()))
+        .unwrap_or(false);
+    assert!(
+        resolved && host != "localhost",
+        "this test names the registry by the host's name {host:?}, which must resolve to a \
+         loopback address (/etc/hosts) and not be localhost"
+    );
+    let named = format!("{host}:{port}");
+    let e = pull(&c, &format!("{named}/app:1"), None).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e}");
     assert!(
         e.message()
-            .contains(&format!("[registry.mirrors.\"{}\"]", reg.addr)),
+            .contains(&format!("[registry.mirrors.\"{named}\"]")),
         "{e}"
+    );
+    assert!(
+        !e.message().contains("also tried"),
+        "never tried over plain http: {e}"
     );
     assert_readable(&e);
     // The TLS registry with its CA configured works; a host without it is not trusted.

@@ -23,8 +23,8 @@ pub struct RuntimeServer {
     pub cni: Arc<Cni>,
     pub cgroup_driver: CgroupDriver,
     pub handlers: Vec<String>,
-    /// Configuration as loaded, for Status's verbose info.
-    pub config_info: String,
+    /// The configuration in use as JSON (a reload replaces it).
+    pub config_info: Arc<std::sync::Mutex<String>>,
     /// Exec, Attach and PortForward URLs.
     pub streams: Arc<crate::stream::Streams>,
 }
@@ -198,7 +198,13 @@ impl RuntimeService for RuntimeServer {
         };
         let mut info = std::collections::HashMap::new();
         if req.into_inner().verbose {
-            info.insert("config".to_owned(), self.config_info.clone());
+            info.insert(
+                "config".to_owned(),
+                self.config_info
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+            );
             let cni = match self.cni.network() {
                 Ok(list) => serde_json::json!({"network": list.name, "config": list.source,
                     "plugins": list.plugins.iter().map(|p| &p.kind).collect::<Vec<_>>()}),

@@ -328,6 +328,11 @@ impl Images {
         &self.paths
     }
 
+    /// Uses `registry` (mirrors, TLS settings, node credentials) for pulls from now on.
+    pub fn set_registry(&self, registry: RegistryConfig) {
+        self.registries.set_config(registry);
+    }
+
     /// Waits for a free slot to pull `reference`; move it into the task that runs the pull.
     pub async fn pull_slot(&self, reference: &str) -> Result<PullSlot, ImageError> {
         match self.pull_tasks.clone().acquire_owned().await {

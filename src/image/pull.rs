@@ -20,6 +20,13 @@ impl Images {
         let endpoints = self.registries.endpoints(&image.domain);
         let mut failures: Vec<(Endpoint, PullError)> = Vec::new();
         for (i, ep) in endpoints.iter().enumerate() {
+            let refused = matches!(failures.last(), Some((_, PullError::Unreachable { .. })));
+            if ep.fallback && !refused {
+                continue;
+            }
+            if ep.fallback {
+                tracing::info!(image = %image, endpoint = %ep, "a registry on this node refused HTTPS; trying plain HTTP");
+            }
             match self.pull_from(ep, &image, creds).await {
                 Ok(record) => {
                     tracing::info!(image = %image, id = %record.id, endpoint = %ep, "image pulled");
@@ -142,6 +149,7 @@ mod tests {
             host: host.into(),
             plain_http: plain,
             upstream: !plain,
+            fallback: false,
         }
     }
 

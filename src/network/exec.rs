@@ -52,7 +52,7 @@ pub(super) async fn run(
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let timeout = cni.settings.plugin_timeout;
+    let timeout = cni.settings().plugin_timeout;
     let work = async move {
         // A plugin may exit without reading its input; a broken pipe then is not the error.
         let _ = stdin.write_all(&input).await;

@@ -91,9 +91,11 @@ pub struct CniSettings {
 }
 
 /// The CNI front end. Cheap to share; the loaded configuration is cached and reloaded when the
-/// file in use changes (another file sorting first, or the file's mtime or size moving).
+/// file in use changes (another file sorting first, or the file's mtime or size moving). The
+/// settings themselves change whole (`set_settings`, a configuration reload): a call under way
+/// keeps the settings it started with.
 pub struct Cni {
-    settings: CniSettings,
+    settings: std::sync::RwLock<std::sync::Arc<CniSettings>>,
     cache: Mutex<Option<(ConfigKey, std::sync::Arc<NetworkList>)>>,
     /// What kubelet last sent in UpdateRuntimeConfig (comma-separated, one per family).
     pod_cidr: Mutex<String>,
@@ -115,19 +117,29 @@ impl CniSettings {
 impl Cni {
     pub fn new(settings: CniSettings) -> Cni {
         Cni {
-            settings,
+            settings: std::sync::RwLock::new(std::sync::Arc::new(settings)),
             cache: Mutex::new(None),
             pod_cidr: Mutex::new(String::new()),
         }
     }
 
-    pub fn settings(&self) -> &CniSettings {
-        &self.settings
+    pub fn settings(&self) -> std::sync::Arc<CniSettings> {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Uses `settings` from now on; the cached network list is read again from them.
+    pub fn set_settings(&self, settings: CniSettings) {
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(settings);
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The network list that ADD would use now, with every plugin binary present.
     pub fn network(&self) -> Result<std::sync::Arc<NetworkList>, CniError> {
-        let dir = &self.settings.conf_dir;
+        let settings = self.settings();
+        let dir = &settings.conf_dir;
         let file = config::first_file(dir)?;
         let meta = std::fs::metadata(&file).map_err(|_| CniError::NoConfig(dir.clone()))?;
         let key = (
@@ -157,8 +169,9 @@ impl Cni {
         if let Some(bad) = parts.clone().find(|p| !crate::config::is_cidr(p)) {
             return Err(CniError::BadPodCidr(bad.to_owned()));
         }
-        let written = match (&self.settings.conf_template, parts.next()) {
-            (Some(t), Some(first)) => Some(template::render(t, &self.settings.conf_dir, first)?),
+        let settings = self.settings();
+        let written = match (&settings.conf_template, parts.next()) {
+            (Some(t), Some(first)) => Some(template::render(t, &settings.conf_dir, first)?),
             _ => None,
         };
         *self.pod_cidr.lock().unwrap_or_else(|e| e.into_inner()) = pod_cidr.to_owned();
@@ -264,7 +277,7 @@ impl Cni {
         if kind.contains('/') || kind.is_empty() {
             return Err(missing());
         }
-        self.settings
+        self.settings()
             .bin_dirs
             .iter()
             .map(|d| d.join(kind))
@@ -274,7 +287,7 @@ impl Cni {
 
     fn path_var(&self) -> String {
         let dirs: Vec<_> = self
-            .settings
+            .settings()
             .bin_dirs
             .iter()
             .map(|d| d.display().to_string())

@@ -40,7 +40,8 @@ use crate::image::digest::{Algorithm, Digest};
 use crate::image::{ImageSettings, PullError, local, lock};
 
 pub struct Registries {
-    config: RegistryConfig,
+    /// Replaced whole by a configuration reload; a pull under way keeps the sessions it opened.
+    config: std::sync::RwLock<std::sync::Arc<RegistryConfig>>,
     timeout: Duration,
     /// Clients per endpoint, kept for their connection pools and (anonymous) tokens.
     clients: Mutex<HashMap<String, (Client, reqwest::Client)>>,
@@ -58,19 +59,33 @@ impl Registries {
     pub fn new(settings: &ImageSettings) -> Registries {
         install_crypto_provider();
         Registries {
-            config: settings.registry.clone(),
+            config: std::sync::RwLock::new(std::sync::Arc::new(settings.registry.clone())),
             timeout: settings.progress_timeout,
             clients: Mutex::new(HashMap::new()),
         }
     }
 
+    fn config(&self) -> std::sync::Arc<RegistryConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Uses `config` for the pulls that start from now on. The cached clients go with the old
+    /// one: their TLS settings and tokens may not hold any more.
+    pub fn set_config(&self, config: RegistryConfig) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(config);
+        lock(&self.clients).clear();
+    }
+
     /// Mirrors configured for `domain` (then those for `*`), then `domain` itself unless a
     /// mirror already names it.
     pub fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
+        let config = self.config();
         let mut out: Vec<Endpoint> = Vec::new();
         for key in [domain, "*"] {
-            for e in self
-                .config
+            for e in config
                 .mirrors
                 .get(key)
                 .map(|m| m.endpoints.as_slice())
@@ -83,6 +98,7 @@ impl Registries {
                     host: host.to_owned(),
                     plain_http: e.starts_with("http://"),
                     upstream: host == domain,
+                    fallback: false,
                 };
                 if !out.contains(&ep) {
                     out.push(ep);
@@ -90,18 +106,26 @@ impl Registries {
             }
         }
         if !out.iter().any(|e| e.host == domain) {
-            out.push(Endpoint {
+            let upstream = |plain_http| Endpoint {
                 host: domain.to_owned(),
-                plain_http: false,
+                plain_http,
                 upstream: true,
-            });
+                fallback: plain_http,
+            };
+            out.push(upstream(false));
+            // A registry on this node often speaks plain HTTP (a developer's, a node-local
+            // cache): tried when HTTPS to it cannot connect, without a mirror entry. Every
+            // other host stays HTTPS unless a mirror entry says http://.
+            if endpoint::is_local(domain) {
+                out.push(upstream(true));
+            }
         }
         out
     }
 
     fn tls(&self, ep: &Endpoint) -> Result<Tls, PullError> {
         let host_cfg = self
-            .config
+            .config()
             .configs
             .get(&ep.host)
             .cloned()
@@ -198,7 +222,8 @@ impl Registries {
         if ep.upstream && creds.applies_to(&image.domain) && !creds.is_anonymous() {
             return Ok((creds.auth()?, "from the request".into()));
         }
-        let configured = self.config.configs.get(&ep.host);
+        let config = self.config();
+        let configured = config.configs.get(&ep.host);
         match configured.and_then(|c| c.auth.as_ref()) {
             Some(node) => Ok((
                 Credentials::from(node).auth()?,
@@ -516,7 +541,7 @@ mod tests {
             );
         }
         Registries {
-            config,
+            config: std::sync::RwLock::new(std::sync::Arc::new(config)),
             timeout: Duration::from_secs(1),
             clients: Mutex::new(HashMap::new()),
         }
@@ -556,9 +581,34 @@ mod tests {
             [Endpoint {
                 host: "127.0.0.1:5001".into(),
                 plain_http: true,
-                upstream: true
+                upstream: true,
+                fallback: false,
             }]
         );
+    }
+
+    #[test]
+    fn a_registry_on_this_node_falls_back_to_plain_http_and_no_other_does() {
+        let r = registries(&[]);
+        let eps: Vec<(String, bool)> = r
+            .endpoints("localhost:5000")
+            .iter()
+            .map(|e| (e.to_string(), e.fallback))
+            .collect();
+        assert_eq!(
+            eps,
+            [
+                ("https://localhost:5000".to_owned(), false),
+                ("http://localhost:5000".to_owned(), true)
+            ]
+        );
+        assert_eq!(r.endpoints("[::1]:5000").len(), 2);
+        let eps = r.endpoints("10.0.0.1:5000");
+        assert_eq!(eps.len(), 1);
+        assert!(!eps[0].plain_http);
+        // An https mirror entry for the local host is the operator's choice: no fallback.
+        let r = registries(&[("127.0.0.1:5000", &["https://127.0.0.1:5000"])]);
+        assert_eq!(r.endpoints("127.0.0.1:5000").len(), 1);
     }
 
     #[test]

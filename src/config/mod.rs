@@ -1,6 +1,14 @@
-//! Daemon configuration: a TOML file (default `/etc/crust/config.toml`, optional) over embedded
-//! defaults, with command-line flags applied last. It is validated once, at start, so the rest of
-//! the daemon can rely on every value in it.
+//! Daemon configuration: a TOML file (default `/etc/crust/config.toml`, optional) and the
+//! drop-ins of `config.d` beside it over embedded defaults, with command-line flags applied last
+//! (`layers.rs`, which keeps where each value came from). It is validated whole before it is
+//! used, at start and at each reload, so the rest of the daemon can rely on every value in it.
+//! `default.toml` is the default configuration with a comment per key (`crust config
+//! default`, the file the package installs); `dump.rs` prints an effective one with the origin
+//! of each value; `changes.rs` tells what a reload changed and which changes apply live.
+
+pub mod changes;
+pub mod dump;
+pub mod layers;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,11 +25,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("parsing {path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: Box<toml::de::Error>,
-    },
+    /// One line: it reaches logs, `STATUS=` lines and gRPC messages.
+    #[error("parsing {path}: {msg}")]
+    Parse { path: PathBuf, msg: String },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -40,9 +46,14 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+/// The default configuration with a comment per key, as `crust config default` prints it.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// The format version of the configuration (`layers::CURRENT_VERSION`).
+    pub version: u32,
     /// gRPC endpoint: `unix:///path` or a bare path.
     pub listen: String,
     /// Persistent data: images, container layers.
@@ -226,7 +237,7 @@ pub struct RegistryHostConfig {
 /// Node-level registry credentials: `username` + `password`, or `auth` (base64 of
 /// `username:password`), or an `identity_token`. Never logged or shown: `Debug` and
 /// `Serialize` (which `crictl info` reads) redact every secret.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryCredentials {
     pub username: String,
@@ -325,6 +336,7 @@ impl Default for ImageStoreConfig {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            version: layers::CURRENT_VERSION,
             listen: "unix:///run/crust/crust.sock".into(),
             root: "/var/lib/crust".into(),
             state: "/run/crust".into(),
@@ -430,55 +442,55 @@ pub struct Overrides {
 }
 
 impl Config {
-    /// Loads `path` (or the default path when it exists), applies `overrides` and validates.
+    /// Loads `path` (or the default path when it exists) and the drop-ins beside it, applies
+    /// `overrides` and validates.
     pub fn load(path: Option<&Path>, overrides: Overrides) -> Result<Config, ConfigError> {
-        let mut config = match path {
-            Some(p) => Self::from_file(p)?,
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                Self::from_file(Path::new(DEFAULT_CONFIG_PATH))?
-            }
-            None => Config::default(),
-        };
-        config.apply(overrides);
-        config.validate()?;
-        Ok(config)
-    }
-
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::parse(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source: Box::new(source),
+        layers::load(layers::LoadRequest {
+            path: path.map(Path::to_owned),
+            overrides,
         })
+        .map(|l| l.config)
     }
 
     pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
         toml::from_str(text)
     }
 
-    fn apply(&mut self, o: Overrides) {
+    /// Applies the flags given; returns the keys they set, each with its flag.
+    fn apply(&mut self, o: Overrides) -> Vec<(&'static str, &'static str)> {
+        let mut set = Vec::new();
         if let Some(v) = o.listen {
             self.listen = v;
+            set.push(("listen", "--listen"));
         }
         if let Some(v) = o.root {
             self.root = v;
+            set.push(("root", "--root"));
         }
         if let Some(v) = o.state {
             self.state = v;
+            set.push(("state", "--state"));
         }
         if let Some(v) = o.log_level {
             self.log_level = v;
+            set.push(("log_level", "--log-level"));
         }
         if let Some(v) = o.log_format {
             self.log_format = v;
+            set.push(("log_format", "--log-format"));
         }
+        set
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.version != layers::CURRENT_VERSION {
+            return invalid(format!(
+                "version {} is not the format this crust reads ({})",
+                self.version,
+                layers::CURRENT_VERSION
+            ));
+        }
         self.socket_path()?;
         for (name, dir) in [("root", &self.root), ("state", &self.state)] {
             if !dir.is_absolute() {
@@ -804,5 +816,35 @@ mod tests {
             ..Default::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("kata"));
+    }
+
+    /// `crust config default` is the whole default configuration: it reads back as the
+    /// defaults, names every key (an optional one in a comment), and comments each one.
+    #[test]
+    fn the_default_file_is_the_defaults_with_a_comment_per_key() {
+        let parsed = Config::parse(DEFAULT_TOML).unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(
+            serde_json::to_value(&parsed).unwrap(),
+            serde_json::to_value(Config::default()).unwrap()
+        );
+        let mut full = Config::default();
+        full.network.conf_template = Some("/t".into());
+        full.stream.tls_cert = Some("/c".into());
+        full.stream.tls_key = Some("/k".into());
+        full.metrics.address = Some("127.0.0.1:1".parse().unwrap());
+        let lines: Vec<&str> = DEFAULT_TOML.lines().collect();
+        for key in changes::leaves(&full).keys() {
+            let name = key.rsplit('.').next().unwrap();
+            let at = lines.iter().position(|l| {
+                let l = l.trim_start_matches("# ");
+                l.starts_with(&format!("{name} = ")) || l.contains(&format!("[{key}"))
+            });
+            let at = at.unwrap_or_else(|| panic!("{key} is not in default.toml"));
+            assert!(
+                at > 0 && lines[at - 1].starts_with('#'),
+                "{key} has no comment before it in default.toml"
+            );
+        }
     }
 }

@@ -1,6 +1,10 @@
 //! `crust serve`: prepares the directories, takes the state lock, recovers sandboxes, then serves
 //! CRI on the unix socket until SIGTERM or SIGINT, letting in-flight RPCs finish. Pods and their
-//! monitors keep running across a daemon stop.
+//! monitors keep running across a daemon stop. A service manager is told when the socket serves,
+//! when a reload runs and when the daemon stops (`crate::notify`); SIGHUP reloads the
+//! configuration (`reload.rs`).
+
+mod reload;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,8 +17,10 @@ use nix::mount::MsFlags;
 use tokio::net::UnixListener;
 
 use crate::config::Config;
+use crate::config::layers::Loaded;
 use crate::container::{ContainerContext, Containers};
 use crate::cri::{ImageServer, RuntimeServer};
+use crate::logging::LogHandle;
 use crate::network::{Cni, CniSettings};
 use crate::sandbox::{CgroupSettings, SandboxContext, Sandboxes};
 
@@ -53,8 +59,9 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
 /// How long in-flight RPCs may take to finish after SIGTERM/SIGINT.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Runs the daemon until it is asked to stop.
-pub fn run(config: Config) -> Result<(), DaemonError> {
+/// Runs the daemon until it is asked to stop. `log` changes the log on a reload (None: the
+/// log stays as it is).
+pub fn run(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError> {
     crate::sys::tune_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -62,10 +69,11 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(io("starting runtime", Path::new("-")))?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(loaded, log))
 }
 
-async fn serve(config: Config) -> Result<(), DaemonError> {
+async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError> {
+    let config = loaded.config.clone();
     let socket = config.socket_path()?;
     for dir in [&config.root, &config.state] {
         crate::durable::create_dir_all(dir).map_err(io("creating", dir))?;
@@ -115,16 +123,30 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     if let Some(addr) = config.metrics.address {
         serve_metrics(addr, &sandboxes, &containers).await?;
     }
+    let config_info = Arc::new(std::sync::Mutex::new(
+        serde_json::to_string(&config).unwrap_or_default(),
+    ));
+    let reloader = Arc::new(reload::Reloader {
+        current: std::sync::Mutex::new(loaded),
+        pending: Default::default(),
+        log,
+        images: images.clone(),
+        cni: sandboxes.context().cni.clone(),
+        info: config_info.clone(),
+        state: config.state.clone(),
+    });
+    reloader.record(None);
     let runtime = RuntimeServer {
         cni: sandboxes.context().cni.clone(),
         containers,
         sandboxes,
         cgroup_driver: config.cgroup_driver,
         handlers: config.runtime_handlers.clone(),
-        config_info: serde_json::to_string(&config).unwrap_or_default(),
+        config_info,
         streams: Arc::new(streams),
     };
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");
+    tokio::spawn(reload::on_hangup(reloader));
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let stopping = Arc::new(tokio::sync::Notify::new());
     let signalled = stopping.clone();
@@ -134,8 +156,12 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     };
     let server = crate::cri::serve(runtime, images, incoming, async move {
         shutdown_signal().await;
+        crate::notify::stopping("finishing in-flight requests; pods keep running");
         signalled.notify_one();
     });
+    // The socket listens: connections from now on are served (those made before the server's
+    // first poll wait in the backlog).
+    crate::notify::ready(&format!("serving CRI on {}", socket.display()));
     // In-flight RPCs get a grace period; a client that never lets go of its connection does
     // not keep the daemon alive past it.
     tokio::select! {
@@ -303,14 +329,7 @@ fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
 /// state directory, not in it, so that it is the same file before and after the tmpfs is
 /// mounted there.
 fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, DaemonError> {
-    let name = state
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "state".into());
-    let path = state
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join(format!(".{name}.lock"));
+    let path = lock_path(state);
     if !path.exists() {
         crate::durable::write(&path, b"").map_err(io("creating", &path))?;
     }
@@ -324,6 +343,35 @@ fn lock_state(state: &Path, socket: &Path) -> Result<Flock<std::fs::File>, Daemo
             path.display()
         ))
     })
+}
+
+/// The configuration the daemon serving `state` runs (None when no daemon holds its lock, or
+/// it left no record).
+pub fn running_config(state: &Path) -> Option<crate::config::dump::RunningConfig> {
+    if !daemon_running(state) {
+        return None;
+    }
+    crate::store::load(&state.join(crate::config::dump::RUNNING_FILE)).ok()
+}
+
+/// Whether a daemon holds the lock of `state` (it is beside the state directory).
+pub fn daemon_running(state: &Path) -> bool {
+    let path = lock_path(state);
+    let Ok(file) = std::fs::File::open(&path) else {
+        return false;
+    };
+    Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
+}
+
+fn lock_path(state: &Path) -> PathBuf {
+    let name = state
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".into());
+    state
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(format!(".{name}.lock"))
 }
 
 /// Namespace pins live in a directory that is its own shared mount (as `ip netns` does), so an
