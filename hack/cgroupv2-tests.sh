@@ -8,7 +8,8 @@
 # Two boots, each printing how long it took:
 #   cgroupfs  the VM script's small init as PID 1; the cgroupfs driver (tests in $CGROUPFS_SUITES)
 #   systemd   systemd as PID 1 with D-Bus; cgroup_driver = "systemd" (tests in $SYSTEMD_SUITES,
-#             which are #[ignore]d on the host for want of systemd, run here with --include-ignored)
+#             which are #[ignore]d on the host for want of systemd, run here with --include-ignored;
+#             among them the Debian package, installed, restarted, upgraded and removed)
 # Each boot then runs critest's pod and container specs ($CRITEST_FOCUS) with hack/critest.sh
 # against a crust with that boot's driver: crictl and critest (hack/build-tools.sh) and the
 # offline registry's storage (../shared/tools/offline-registry.sh, built here) are shared into
@@ -44,6 +45,7 @@ CGROUPFS_SUITES=(
 )
 SYSTEMD_SUITES=(
   "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
+  "package_install the_package_installs_restarts_upgrades_reloads_and_removes_under_systemd"
 )
 # critest's specs each boot runs (--ginkgo.focus); every one must pass (critest-config/skips.txt
 # applies; its "host: AppArmor absent" entry does not where AppArmor is on). Under emulation a
@@ -95,6 +97,14 @@ mkdir -p target/tools
 
 # --- critest's tools and images, shared into the guest
 critools=$(hack/build-tools.sh cri-tools) || fail "could not build crictl and critest"
+
+# The package install test's two packages, from the binary built above: an install, then an
+# upgrade to a higher version (tests/package_install.rs).
+version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+deb_old=$(hack/deb.sh --binary target/debug/crust --version "$version-1" --out "$out/deb") ||
+  fail "building the package (hack/deb.sh)"
+deb_new=$(hack/deb.sh --binary target/debug/crust --version "$version-2" --out "$out/deb") ||
+  fail "building the upgrade package (hack/deb.sh)"
 registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
 [ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
 extra=$top/critest-config/offline-images.txt
@@ -126,8 +136,9 @@ run_guest() {  # run_guest MODE SUITE...: MODE systemd boots with systemd as PID
   manifest "$@" >"$out/$m.suites"
   t0=$SECONDS
   echo "cgroupv2-tests: $m: booting the guest"
-  if CRUST_CONTAINERD_DIR=$ctrd CRUST_RUNC=$out/runc \
-    V2VM_PASSENV="RUST_BACKTRACE RUST_LOG CRUST_CONTAINERD_DIR CRUST_RUNC" \
+  if CRUST_CONTAINERD_DIR=$ctrd CRUST_RUNC=$out/runc CRUST_DEB_OLD=$deb_old \
+    CRUST_DEB_NEW=$deb_new CRUST_CRICTL=$critools/crictl \
+    V2VM_PASSENV="RUST_BACKTRACE RUST_LOG CRUST_CONTAINERD_DIR CRUST_RUNC CRUST_DEB_OLD CRUST_DEB_NEW CRUST_CRICTL" \
     bash "$vm" run "${flags[@]}" --share "$top" --share "$critools" --share "$registry_data" \
       --share "$ctrd" \
       -- bash "$top/hack/cgroupv2-guest.sh" "$m" "$out/$m.suites" "${CGROUPV2_THREADS:-2}" \

@@ -4,8 +4,9 @@
 set -eu
 purpose=${1:-run}
 
-# What building crust needs (it links libseccomp, found through pkg-config).
-pkgs="libseccomp-dev pkg-config"
+# What building crust needs (it links libseccomp, found through pkg-config; binutils is the
+# linker's, and hack/deb.sh reads and strips the binary with it).
+pkgs="libseccomp-dev pkg-config binutils"
 # What `crust serve` needs: CNI plugins for the default network, iptables for the bridge
 # plugin's masquerading and the portmap plugin.
 serve="containernetworking-plugins iptables"
