@@ -133,13 +133,7 @@ struct Runtime {
 impl Runtime {
     async fn pull(&mut self, image: &str) {
         self.images
-            .pull_image(pb::PullImageRequest {
-                image: Some(pb::ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+            .pull_image(common::pull_request(image))
             .await
             .unwrap_or_else(|e| panic!("{}: pulling {image}: {e}", self.name));
     }

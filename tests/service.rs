@@ -91,13 +91,7 @@ async fn network_ready(d: &Daemon) -> bool {
 async fn pull(d: &Daemon, image: &str) -> Result<String, tonic::Status> {
     d.images()
         .await
-        .pull_image(pb::PullImageRequest {
-            image: Some(pb::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        .pull_image(common::pull_request(image))
         .await
         .map(|r| r.into_inner().image_ref)
 }

@@ -30,6 +30,17 @@ pub fn pod_config(name: &str) -> pb::PodSandboxConfig {
     }
 }
 
+/// A PullImageRequest for `image`, with no credentials or sandbox config.
+pub fn pull_request(image: &str) -> pb::PullImageRequest {
+    pb::PullImageRequest {
+        image: Some(pb::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn run_request(config: pb::PodSandboxConfig) -> pb::RunPodSandboxRequest {
     pb::RunPodSandboxRequest {
         config: Some(config),

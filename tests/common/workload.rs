@@ -96,13 +96,7 @@ impl Env {
         let image = format!("{}/busybox:1", reg.addr);
         d.images()
             .await
-            .pull_image(pb::PullImageRequest {
-                image: Some(pb::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+            .pull_image(super::pull_request(&image))
             .await
             .unwrap();
         let c = d.client().await;
