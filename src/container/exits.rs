@@ -9,17 +9,54 @@ use std::time::Duration;
 
 use super::monitor_of;
 use super::{Containers, ExitInfo, Phase, now_nanos};
-use crate::monitor::{EXIT_FILE, Event};
+use crate::monitor::{ContainerState, EXIT_FILE, Event, Subscription};
 
 impl Containers {
     /// Follows the events of pod `pod_id`'s monitor, unless a task does already.
     pub(super) fn watch_pod(self: &Arc<Self>, pod_id: &str) {
+        self.watch_pod_from(pod_id, None);
+    }
+
+    /// Like `watch_pod`, for a pod whose monitor outlived the daemon: what the monitor did
+    /// meanwhile (starts the daemon did not record, exits) is applied before this returns,
+    /// so a daemon that starts serving after recovery never reports a state the monitor has
+    /// already left (a started container still Created, an exited one still running).
+    pub(super) async fn catch_up(self: &Arc<Self>, pod_id: &str) {
+        let monitor = self
+            .sandboxes
+            .get(pod_id)
+            .ok()
+            .and_then(|p| monitor_of(&p).ok());
+        let subscribed = match monitor {
+            Some(m) => m.subscribe(self.ctx.monitor_timeout).await.ok(),
+            None => None,
+        };
+        let events = subscribed.map(|(snapshot, events)| {
+            self.apply_snapshot(snapshot);
+            events
+        });
+        self.watch_pod_from(pod_id, events);
+    }
+
+    fn watch_pod_from(self: &Arc<Self>, pod_id: &str, events: Option<Subscription>) {
         let mut watchers = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
         if watchers.get(pod_id).is_some_and(|h| !h.is_finished()) {
             return;
         }
         let (me, pod) = (Arc::downgrade(self), pod_id.to_owned());
-        watchers.insert(pod_id.to_owned(), tokio::spawn(follow(me, pod)));
+        watchers.insert(pod_id.to_owned(), tokio::spawn(follow(me, pod, events)));
+    }
+
+    /// The monitor's account of its containers, when one subscribes: starts and exits.
+    fn apply_snapshot(&self, snapshot: Vec<ContainerState>) {
+        for state in snapshot {
+            if let (Some(at), None) = (state.started_at, &state.exit) {
+                self.adopt_start(&state.id, at);
+            }
+            if let Some(exit) = state.exit {
+                self.apply_exit(&state.id, exit, state.started_at.is_some());
+            }
+        }
     }
 
     /// Commits an exit the monitor reported (once: a repeated report changes nothing). The
@@ -127,7 +164,9 @@ impl Containers {
     }
 }
 
-async fn follow(me: Weak<Containers>, pod_id: String) {
+/// Follows pod `pod_id`'s monitor: `first`, a subscription whose snapshot was applied
+/// already, then new ones (each snapshot applied) until the monitor is gone.
+async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscription>) {
     loop {
         let Some(c) = me.upgrade() else { return };
         let Some(monitor) = c
@@ -139,16 +178,18 @@ async fn follow(me: Weak<Containers>, pod_id: String) {
             c.monitor_gone(&pod_id);
             return;
         };
-        match monitor.subscribe(c.ctx.monitor_timeout).await {
-            Ok((snapshot, mut events)) => {
-                for state in snapshot {
-                    if let (Some(at), None) = (state.started_at, &state.exit) {
-                        c.adopt_start(&state.id, at);
-                    }
-                    if let Some(exit) = state.exit {
-                        c.apply_exit(&state.id, exit, state.started_at.is_some());
-                    }
-                }
+        let subscribed = match first.take() {
+            Some(events) => Ok(events),
+            None => monitor
+                .subscribe(c.ctx.monitor_timeout)
+                .await
+                .map(|(snapshot, events)| {
+                    c.apply_snapshot(snapshot);
+                    events
+                }),
+        };
+        match subscribed {
+            Ok(mut events) => {
                 drop(c);
                 while let Some(event) = events.next().await {
                     let Some(c) = me.upgrade() else { return };

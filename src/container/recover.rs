@@ -56,7 +56,7 @@ impl Containers {
             }
         }
         for pod in pods {
-            self.watch_pod(&pod);
+            self.catch_up(&pod).await;
         }
         self.remove_orphans();
         tracing::info!(?summary, "container recovery done");
