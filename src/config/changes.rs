@@ -118,14 +118,9 @@ fn change(key: &str, old: Option<String>, new: Option<String>, loaded: &Loaded) 
         key: key.to_owned(),
         old,
         new,
-        origin: origin_of(loaded, key),
+        origin: loaded.origin(key),
         live: is_live(key),
     }
-}
-
-/// The origin of `key`: the layer that set it, else the default.
-pub fn origin_of(loaded: &Loaded, key: &str) -> Origin {
-    loaded.origin(key)
 }
 
 /// What the daemon runs after reloading `new` over `old`: `new`'s live keys, `old`'s others.

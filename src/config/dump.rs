@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::changes::{Change, origin_of};
+use super::changes::Change;
 use super::layers::{Loaded, Origin, join_key};
 
 /// The file in the state directory that holds the running daemon's configuration.
@@ -78,7 +78,7 @@ fn walk(
     let is_section = |v: &toml::Value| matches!(v, toml::Value::Table(t) if !t.is_empty());
     for (k, v) in table.iter().filter(|(_, v)| !is_section(v)) {
         let key = join_key(prefix, k);
-        let origin = origin_of(loaded, &key);
+        let origin = loaded.origin(&key);
         out.push((key, v.to_string(), origin));
     }
     for (k, v) in table.iter().filter(|(_, v)| is_section(v)) {
