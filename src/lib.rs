@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod durable;
 pub mod events;
 pub mod failpoint;
+pub mod history;
 pub mod image;
 pub mod logging;
 pub mod metrics;

@@ -350,6 +350,11 @@ const NOT_DURABLE_STEPS: &[(&str, &str)] = &[
         "crust check probes the host in scratch directories it removes at once",
     ),
     ("bin/", "the benchmark clients, not part of the runtime"),
+    (
+        "history/",
+        "each pod's history is a diagnostic log appended line by line; no recovery reads it \
+         and a reader skips a torn line",
+    ),
     ("cri/fuzz.rs", "fuzz entry points, in temporary directories"),
     (
         "image/fuzz.rs",

@@ -12,12 +12,24 @@ use super::{
     now_nanos, rootfs, teardown,
 };
 use crate::cdi::Resolved;
+use crate::history::Fact;
 use crate::model::NamespaceMode;
 use crate::model::{ContainerSpec, ResolvedUser};
 use crate::monitor::CreateRequest;
 use crate::sandbox::SandboxRecord;
 
 type Step = (&'static str, ContainerError);
+
+/// The history's account of a container just created.
+fn created(record: &ContainerRecord) -> Fact {
+    Fact::ContainerCreated {
+        container: record.id.clone(),
+        name: record.spec.metadata.name.clone(),
+        attempt: record.spec.metadata.attempt,
+        image: record.image.name.clone(),
+        memory_limit: record.spec.resources.memory_limit,
+    }
+}
 
 impl Containers {
     /// Creates a container in pod `pod_id`; returns its id.
@@ -47,8 +59,14 @@ impl Containers {
         self.reserve(&pod.id, &spec.metadata, &id)?;
         let meta = spec.metadata.clone();
         let result = self.create_reserved(&pod, id.clone(), spec, cdi).await;
-        if result.is_err() {
+        if let Err(e) = &result {
             self.release_name(&pod.id, &meta, &id);
+            let fact = Fact::ContainerCreateFailed {
+                name: meta.name.clone(),
+                attempt: meta.attempt,
+                error: e.to_string(),
+            };
+            self.sandboxes.context().note(&pod, fact);
         }
         result.map(|()| id)
     }
@@ -113,6 +131,7 @@ impl Containers {
         crate::failpoint!("container.create.after_created_record");
         tracing::info!(pid = record.pid, "container created");
         let (pod_id, id) = (record.pod_id.clone(), record.id.clone());
+        self.sandboxes.context().note(pod, created(&record));
         let status = super::plugins::status(&record);
         self.insert(record);
         self.sandboxes.context().nri.post_create(&id, &status).await;

@@ -319,6 +319,14 @@ impl Containers {
         &self.ctx
     }
 
+    /// Notes `fact` in the history of pod `pod_id` (a pod already gone has no history to add
+    /// to: its removal was the last fact).
+    fn note(&self, pod_id: &str, fact: crate::history::Fact) {
+        if let Ok(pod) = self.sandboxes.get(pod_id) {
+            self.sandboxes.context().note(&pod, fact);
+        }
+    }
+
     pub fn sandboxes(&self) -> &Arc<Sandboxes> {
         &self.sandboxes
     }

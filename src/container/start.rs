@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::monitor_of;
 use super::{ContainerError, Containers, Phase, detached};
+use crate::history::Fact;
 
 impl Containers {
     pub async fn start(self: &Arc<Self>, id: &str) -> Result<(), ContainerError> {
@@ -40,15 +41,29 @@ impl Containers {
                 })
             });
             held.entry.starting.store(false, Ordering::SeqCst);
+            let (name, attempt) = (&record.spec.metadata.name, record.spec.metadata.attempt);
             let record = match committed {
                 Ok(record) => record,
                 Err(e) => {
+                    let fact = Fact::ContainerStartFailed {
+                        container: held.id.clone(),
+                        name: name.clone(),
+                        attempt,
+                        error: e.to_string(),
+                    };
+                    me.note(&record.pod_id, fact);
                     me.take_pending_exit(&held.id, &held.entry);
                     return Err(e);
                 }
             };
             crate::failpoint!("container.start.after_record");
             tracing::info!("container started");
+            let fact = Fact::ContainerStarted {
+                container: held.id.clone(),
+                name: record.spec.metadata.name.clone(),
+                attempt: record.spec.metadata.attempt,
+            };
+            me.note(&record.pod_id, fact);
             pod_nri(&me)
                 .post_start(&held.id, &super::plugins::status(&record))
                 .await;

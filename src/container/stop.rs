@@ -38,6 +38,12 @@ impl Containers {
             return Ok(());
         }
         let pod = self.sandboxes.get(&record.pod_id)?;
+        let asked = crate::history::Fact::StopRequested {
+            container: held.id.clone(),
+            name: record.spec.metadata.name.clone(),
+            timeout_secs: timeout.as_secs(),
+        };
+        self.sandboxes.context().note(&pod, asked);
         let Ok(monitor) = monitor_of(&pod) else {
             // The pod's monitor is gone, and its processes with it.
             self.monitor_gone(&record.pod_id);

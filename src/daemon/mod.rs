@@ -268,6 +268,7 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
             unprivileged_ports: config.network.enable_unprivileged_ports,
             unprivileged_icmp: config.network.enable_unprivileged_icmp,
         },
+        history: Arc::new(crate::history::History::new(&config.state)),
         nri: if config.nri.enable {
             crate::nri::Nri::new(crate::nri::NriSettings::from_config(&config.nri))
         } else {

@@ -138,6 +138,8 @@ pub struct SandboxContext {
     pub nri: Arc<crate::nri::Nri>,
     /// The sysctls a pod with a network namespace of its own gets unless it sets them itself.
     pub pod_sysctls: PodSysctlDefaults,
+    /// Each pod's history, for `crust diagnose`.
+    pub history: Arc<crate::history::History>,
 }
 
 /// containerd 2.x's `enable_unprivileged_ports` and `enable_unprivileged_icmp`: defaults for
@@ -162,6 +164,12 @@ impl SandboxContext {
     }
     fn record_path(dir: &Path) -> PathBuf {
         dir.join("sandbox.json")
+    }
+
+    /// Notes `fact` in the history of the pod `record` is.
+    pub fn note(&self, record: &SandboxRecord, fact: crate::history::Fact) {
+        let m = &record.spec.metadata;
+        self.history.note(&m.namespace, &m.name, &record.id, fact);
     }
 }
 

@@ -195,6 +195,7 @@ mod tests {
             handlers: vec!["runc".into()],
             monitor_timeout: Duration::from_secs(1),
             pod_sysctls: Default::default(),
+            history: Arc::new(crate::history::History::new(state)),
             nri: crate::nri::Nri::disabled(),
         })
     }

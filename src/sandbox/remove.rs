@@ -43,6 +43,7 @@ impl Sandboxes {
             });
         }
         crate::failpoint!("sandbox.remove.after_dir");
+        self.ctx.note(&record, crate::history::Fact::SandboxRemoved);
         self.cpu_rates.forget(&held.id);
         let mut table = self.table();
         table.by_id.remove(&held.id);

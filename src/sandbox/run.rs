@@ -11,6 +11,7 @@ use super::{
     Entry, PodSysctlDefaults, RunFailure, SandboxContext, SandboxError, Sandboxes, host::files,
     now_nanos, teardown, validate,
 };
+use crate::history::Fact;
 use crate::model::{NamespaceMode, new_id};
 use crate::monitor::{self, MonitorConfig, NamespacePins};
 use crate::network::{Attachment, PortMapping};
@@ -69,6 +70,7 @@ impl Sandboxes {
         }) {
             let _ = files::unmount_shm(&record.dir);
             let _ = crate::durable::remove_dir_all(&record.dir);
+            self.ctx.note(&record, failed(&record, step, &cause));
             return Err(SandboxError::Run {
                 step,
                 cause: Box::new(cause),
@@ -105,6 +107,7 @@ impl Sandboxes {
             if cleanup.is_none() {
                 let _ = crate::durable::remove_dir_all(&record.dir);
             }
+            self.ctx.note(&record, failed(&record, step, &cause));
             return Err(SandboxError::Run {
                 step,
                 cause: Box::new(cause),
@@ -112,6 +115,13 @@ impl Sandboxes {
             });
         }
         crate::failpoint!("sandbox.run.after_ready_record");
+        let m = &record.spec.metadata;
+        let ready = Fact::SandboxReady {
+            uid: m.uid.clone(),
+            attempt: m.attempt,
+            ip: record.ips().first().map(ToString::to_string),
+        };
+        self.ctx.note(&record, ready);
         let entry = self.insert(record);
         self.watch(&entry);
         Ok(())
@@ -146,6 +156,7 @@ impl Sandboxes {
             }
             tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
             crate::metrics::monitor_died();
+            me.ctx.note(&rec, Fact::MonitorDied { pid: identity.pid });
             let exited = me.commit(&entry, |r| {
                 r.phase = Phase::Exited;
                 r.problem = Some(format!("the pod monitor (pid {}) exited", identity.pid));
@@ -155,6 +166,16 @@ impl Sandboxes {
             }
         });
         *entry.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+}
+
+/// The history's account of a RunPodSandbox that failed at `step`.
+fn failed(record: &SandboxRecord, step: &str, cause: &RunFailure) -> Fact {
+    Fact::SandboxFailed {
+        uid: record.spec.metadata.uid.clone(),
+        attempt: record.spec.metadata.attempt,
+        step: step.to_owned(),
+        error: cause.to_string(),
     }
 }
 

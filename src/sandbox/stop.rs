@@ -50,6 +50,10 @@ impl Sandboxes {
                 r.problem = Some(format!("stopping: {errors}"));
             }
         })?;
+        if released.is_ok() {
+            self.ctx
+                .note(&held.entry.snapshot(), crate::history::Fact::SandboxStopped);
+        }
         released.map_err(|errors| SandboxError::Teardown {
             id: held.id.clone(),
             errors,
