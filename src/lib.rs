@@ -8,6 +8,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod daemon;
+pub mod diagnose;
 pub mod durable;
 pub mod events;
 pub mod failpoint;

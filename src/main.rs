@@ -1,5 +1,5 @@
 //! The `crust` command: `serve` runs the daemon, `monitor` is the per-pod monitor the daemon
-//! spawns (never run by hand), `check` inspects the host, `config default|dump` print the
+//! spawns (never run by hand), `check` inspects the host, `diagnose` says why a pod or container is unhealthy, `config default|dump` print the
 //! default and the effective configuration, `image import|ls` work on the image store directly
 //! (with or without a running daemon), `version` prints the version.
 
@@ -59,6 +59,19 @@ enum Command {
     Image {
         #[command(subcommand)]
         command: ImageCommand,
+    },
+    /// Say why a pod or container is unhealthy: the cause first, then the pod, its containers,
+    /// the pod's history, the node and the runtime. Reads crust's records (works while the
+    /// daemon is down).
+    Diagnose {
+        /// A container id or unique prefix, a sandbox id or unique prefix, or a pod's
+        /// namespace/name.
+        target: String,
+        /// The report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        args: DaemonArgs,
     },
     /// Print the version.
     Version,
@@ -164,6 +177,16 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
         }
         Command::Image { command } => image_command(command)?,
+        Command::Diagnose { target, json, args } => {
+            let config = load(args)?;
+            let inputs = crust::diagnose::Inputs::from_config(&config);
+            let report = crust::diagnose::diagnose(&inputs, &target)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", crust::diagnose::text(&report));
+            }
+        }
         Command::Version => println!("crust {}", env!("CARGO_PKG_VERSION")),
         Command::Monitor { .. } => unreachable!("dispatched in main"),
     }
