@@ -5,42 +5,11 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::workload::Env;
-use common::{Daemon, pod_config, run_pod, run_request};
+use common::{Daemon, diagnose, diagnose_cause as cause, pod_config, run_pod, run_request};
 use crust::cri::pb;
-
-/// `crust diagnose TARGET` on the daemon's directories: (success, stdout, stderr).
-fn diagnose(d: &Daemon, target: &str, json: bool) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_crust"));
-    cmd.arg("diagnose").arg(target);
-    if json {
-        cmd.arg("--json");
-    }
-    let out = cmd
-        .arg("--config")
-        .arg(&d.config)
-        .arg("--state")
-        .arg(&d.state)
-        .arg("--root")
-        .arg(&d.root)
-        .output()
-        .expect("crust runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// The report's first line (the command must succeed).
-fn cause(d: &Daemon, target: &str) -> (String, String) {
-    let (ok, out, err) = diagnose(d, target, false);
-    assert!(ok, "crust diagnose {target} failed: {err}\n{out}");
-    (out.lines().next().unwrap_or_default().to_owned(), out)
-}
 
 #[tokio::test]
 async fn a_pod_whose_cni_add_failed_is_explained_by_the_plugin() {

@@ -194,6 +194,13 @@ async fn kubelet_runs_static_pods_on_crust() {
         (Some(1), Some("Error")),
         "{crash:#}"
     );
+    // crust diagnose names the loop: kubelet re-created the container after each exit.
+    let (first, report) = common::diagnose_cause(&e.d, "default/crash-crust-node");
+    assert!(
+        first.contains("of pod default/crash-crust-node is crash looping")
+            && first.contains("exit code 1 (Error)"),
+        "{report}"
+    );
 
     // An OOM kill: reason OOMKilled, exit code 137.
     let oom = k.wait_pod("oom", "terminated", |s| {
@@ -204,6 +211,13 @@ async fn kubelet_runs_static_pods_on_crust() {
         (t["exitCode"].as_i64(), t["reason"].as_str()),
         (Some(137), Some("OOMKilled")),
         "{oom:#}"
+    );
+    let (first, report) = common::diagnose_cause(&e.d, &crust_id(&oom, "hog"));
+    assert!(
+        first.ends_with(
+            "of pod default/oom-crust-node was OOM killed by its own memory limit (32 MiB)"
+        ),
+        "{report}"
     );
 
     // An init container, then two containers sharing its emptyDir.

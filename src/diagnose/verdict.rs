@@ -152,10 +152,16 @@ fn judge(pod: &PodFacts, c: &ContainerFacts, timeline: &[Entry]) -> (u8, Verdict
                 verdict("start_failed", format!("{who} failed to start: {error}")),
             );
         }
-        if c.state == "running" && looping {
+        if looping {
+            // Between two exits kubelet's next container is created, then running.
+            let again = if c.state == "running" {
+                "running"
+            } else {
+                "created"
+            };
             let last = last_exit(c, timeline).map(|l| format!("; the last exit: {l}"));
             let summary = format!(
-                "{who} is crash looping: running again after exiting {} times by itself ({recreated}){}",
+                "{who} is crash looping: {again} again after exiting {} times by itself ({recreated}){}",
                 c.exits_by_itself,
                 last.unwrap_or_default()
             );

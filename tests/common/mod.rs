@@ -155,3 +155,33 @@ pub fn with_namespaces(
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub use registry::free_port;
+
+/// `crust diagnose TARGET` on daemon `d`'s directories: (success, stdout, stderr).
+pub fn diagnose(d: &Daemon, target: &str, json: bool) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_crust"));
+    cmd.arg("diagnose").arg(target);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd
+        .arg("--config")
+        .arg(&d.config)
+        .arg("--state")
+        .arg(&d.state)
+        .arg("--root")
+        .arg(&d.root)
+        .output()
+        .expect("crust runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The first line of `crust diagnose TARGET` (which must succeed), and the whole report.
+pub fn diagnose_cause(d: &Daemon, target: &str) -> (String, String) {
+    let (ok, out, err) = diagnose(d, target, false);
+    assert!(ok, "crust diagnose {target} failed: {err}\n{out}");
+    (out.lines().next().unwrap_or_default().to_owned(), out)
+}
