@@ -350,19 +350,7 @@ async fn exec_sync_times_out_bounds_its_output_and_needs_a_running_container() {
 async fn a_container_over_its_memory_limit_is_oom_killed() {
     let mut e = Env::start().await;
     let pod = e.pod("hog").await;
-    let mut config = e.config(
-        "hog",
-        &["sh", "-c", "x=0123456789; while true; do x=$x$x; done"],
-    );
-    config.linux = Some(pb::LinuxContainerConfig {
-        resources: Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 32 << 20,
-            memory_swap_limit_in_bytes: 32 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let id = e.run(&pod, config).await;
+    let id = e.run(&pod, e.memory_hog("hog")).await;
     let s = e.wait_exit(&id, Duration::from_secs(30)).await;
     assert_eq!(
         (s.exit_code, s.reason.as_str()),

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::workload::Env;
 use common::{Daemon, diagnose, diagnose_cause as cause, pod_config, run_pod, run_request};
-use crust::cri::pb;
 
 #[tokio::test]
 async fn a_pod_whose_cni_add_failed_is_explained_by_the_plugin() {
@@ -116,19 +115,7 @@ async fn a_crash_looping_container_names_its_exits_and_its_log() {
 async fn an_oom_killed_container_is_blamed_on_its_own_limit() {
     let mut e = Env::start().await;
     let pod = e.pod("hog").await;
-    let mut config = e.config(
-        "hog",
-        &["sh", "-c", "x=0123456789; while true; do x=$x$x; done"],
-    );
-    config.linux = Some(pb::LinuxContainerConfig {
-        resources: Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 32 << 20,
-            memory_swap_limit_in_bytes: 32 << 20,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let id = e.run(&pod, config).await;
+    let id = e.run(&pod, e.memory_hog("hog")).await;
     let s = e.wait_exit(&id, Duration::from_secs(30)).await;
     assert_eq!(s.reason, "OOMKilled");
     let (first, out) = cause(&e.d, "crust-test/hog");

@@ -302,17 +302,7 @@ async fn an_oom_kill_is_counted() {
     })
     .await;
     let pod = e.pod("oom").await;
-    let mut config = e.config(
-        "hog",
-        &["sh", "-c", "x=0123456789; while true; do x=$x$x; done"],
-    );
-    config.linux.get_or_insert_with(Default::default).resources =
-        Some(pb::LinuxContainerResources {
-            memory_limit_in_bytes: 32 << 20,
-            memory_swap_limit_in_bytes: 32 << 20,
-            ..Default::default()
-        });
-    let id = e.run(&pod, config).await;
+    let id = e.run(&pod, e.memory_hog("hog")).await;
     let s = e.wait_exit(&id, Duration::from_secs(20)).await;
     assert_eq!(s.reason, "OOMKilled");
     let (_, samples) = scrape(port);

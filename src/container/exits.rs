@@ -117,7 +117,6 @@ impl Containers {
             return;
         }
         let (code, reason, oom) = (exit.code, exit.reason(), exit.oom_killed);
-        let noted = exit.clone();
         match entry.commit(&self.ctx, |r| {
             r.phase = Phase::Exited;
             r.exit = Some(exit);
@@ -128,7 +127,9 @@ impl Containers {
                     crate::metrics::oom_kill();
                 }
                 tracing::info!(container_id = %id, code, reason, "container exited");
-                self.note(&record.pod_id, exited(&record, &noted));
+                if let Some(fact) = exited(&record) {
+                    self.note(&record.pod_id, fact);
+                }
                 self.announce_exit(&record);
                 self.publish(id, super::EventKind::Stopped, &record.pod_id);
             }
@@ -238,19 +239,15 @@ async fn died_on_its_own(me: &Weak<Containers>, pod_id: &str) -> bool {
     false
 }
 
-/// The history's account of `record`'s exit.
-fn exited(record: &super::ContainerRecord, exit: &ExitInfo) -> crate::history::Fact {
-    crate::history::Fact::ContainerExited {
+/// The history's account of the exit `record` holds.
+fn exited(record: &super::ContainerRecord) -> Option<crate::history::Fact> {
+    Some(crate::history::Fact::ContainerExited {
         container: record.id.clone(),
         name: record.spec.metadata.name.clone(),
         attempt: record.spec.metadata.attempt,
-        code: exit.code,
-        signal: exit.signal,
-        oom_killed: exit.oom_killed,
         started_at: record.started_at,
-        finished_at: exit.finished_at,
-        message: exit.message.clone(),
-    }
+        exit: record.exit.clone()?,
+    })
 }
 
 fn kill_leftovers(cgroups: &crate::sandbox::CgroupSettings, cgroup: &str) {

@@ -67,8 +67,7 @@ pub enum DiagnoseError {
 /// The report on `target`.
 pub fn diagnose(inputs: &Inputs, target: &str) -> Result<Report, DiagnoseError> {
     let records = Records::load(&inputs.state);
-    let histories = crate::history::read_all(&inputs.state);
-    let subject = locate(&records, &histories, target)
+    let subject = locate(&records, &inputs.state, target)
         .map_err(|e| e.unwrap_or_else(|| not_found(inputs, target)))?;
     let facts = facts::gather(inputs, &records, &subject);
     let focus = subject.container.as_deref();
@@ -121,14 +120,11 @@ pub(crate) struct Subject {
     pub container: Option<String>,
 }
 
-/// `Err(None)`: nothing matches.
-fn locate(
-    records: &Records,
-    histories: &[Vec<Entry>],
-    target: &str,
-) -> Result<Subject, Option<DiagnoseError>> {
+/// `Err(None)`: nothing matches. The histories are read only where the records do not
+/// settle it (a pod or container no record holds any more).
+fn locate(records: &Records, state: &Path, target: &str) -> Result<Subject, Option<DiagnoseError>> {
     if target.contains('/') {
-        return by_pod_name(records, histories, target);
+        return by_pod_name(records, state, target);
     }
     let containers: Vec<&ContainerRecord> = records
         .containers
@@ -144,11 +140,11 @@ fn locate(
         ([c], []) => {
             let sandbox = records.pods.iter().find(|p| p.id == c.pod_id).cloned();
             let pod = sandbox.as_ref().map(pod_name).or_else(|| {
-                histories
-                    .iter()
+                crate::history::read_all(state)
+                    .into_iter()
                     .flatten()
                     .find(|e| e.sandbox == c.pod_id)
-                    .map(|e| e.pod.clone())
+                    .map(|e| e.pod)
             });
             Ok(Subject {
                 pod: pod.ok_or(None)?,
@@ -161,7 +157,7 @@ fn locate(
             sandbox: Some((*p).clone()),
             container: None,
         }),
-        ([], []) => by_history_id(histories, target),
+        ([], []) => by_history_id(&crate::history::read_all(state), target),
         _ => {
             let mut candidates: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
             candidates.extend(pods.iter().map(|p| p.id.clone()));
@@ -176,7 +172,7 @@ fn locate(
 
 fn by_pod_name(
     records: &Records,
-    histories: &[Vec<Entry>],
+    state: &Path,
     pod: &str,
 ) -> Result<Subject, Option<DiagnoseError>> {
     let sandbox = records
@@ -185,7 +181,7 @@ fn by_pod_name(
         .filter(|p| pod_name(p) == pod)
         .max_by_key(|p| p.created_at)
         .cloned();
-    let known = sandbox.is_some() || histories.iter().flatten().any(|e| e.pod == pod);
+    let known = sandbox.is_some() || !crate::history::read(state, pod).is_empty();
     if !known {
         return Err(None);
     }

@@ -193,27 +193,14 @@ fn line(e: &Entry) -> String {
         Fact::ContainerExited {
             container,
             name,
-            code,
-            signal,
-            oom_killed,
             started_at,
-            finished_at,
-            message,
+            exit,
             ..
-        } => {
-            let exit = crate::container::ExitInfo {
-                code: *code,
-                signal: *signal,
-                finished_at: *finished_at,
-                oom_killed: *oom_killed,
-                message: message.clone(),
-            };
-            format!(
-                "container {name} ({}) exited: {}",
-                short(container),
-                describe_exit(&exit, *started_at)
-            )
-        }
+        } => format!(
+            "container {name} ({}) exited: {}",
+            short(container),
+            describe_exit(exit, *started_at)
+        ),
     }
 }
 

@@ -223,23 +223,10 @@ fn last_exit(c: &ContainerFacts, timeline: &[Entry]) -> Option<String> {
     timeline.iter().rev().find_map(|e| match &e.fact {
         Fact::ContainerExited {
             name,
-            code,
-            signal,
-            oom_killed,
             started_at,
-            finished_at,
-            message,
+            exit,
             ..
-        } if *name == c.name => {
-            let exit = crate::container::ExitInfo {
-                code: *code,
-                signal: *signal,
-                finished_at: *finished_at,
-                oom_killed: *oom_killed,
-                message: message.clone(),
-            };
-            Some(describe_exit(&exit, *started_at))
-        }
+        } if *name == c.name => Some(describe_exit(exit, *started_at)),
         _ => None,
     })
 }

@@ -62,15 +62,11 @@ pub enum Fact {
         container: String,
         name: String,
         attempt: u32,
-        code: i32,
-        #[serde(default)]
-        signal: Option<i32>,
-        oom_killed: bool,
         /// Nanoseconds since the epoch (0: it never started).
         started_at: i64,
-        finished_at: i64,
-        #[serde(default)]
-        message: String,
+        /// As the monitor recorded it.
+        #[serde(flatten)]
+        exit: crate::monitor::ExitInfo,
     },
 }
 

@@ -145,6 +145,22 @@ impl Env {
         }
     }
 
+    /// A container that doubles a shell string until its 32 MiB limit (swap included) has
+    /// the kernel OOM-kill it.
+    pub fn memory_hog(&self, name: &str) -> pb::ContainerConfig {
+        let mut config = self.config(
+            name,
+            &["sh", "-c", "x=0123456789; while true; do x=$x$x; done"],
+        );
+        config.linux.get_or_insert_with(Default::default).resources =
+            Some(pb::LinuxContainerResources {
+                memory_limit_in_bytes: 32 << 20,
+                memory_swap_limit_in_bytes: 32 << 20,
+                ..Default::default()
+            });
+        config
+    }
+
     pub async fn create(
         &mut self,
         pod: &(String, pb::PodSandboxConfig),
