@@ -592,6 +592,12 @@ async fn the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope() 
         (137, "OOMKilled"),
         "{s:?}"
     );
+    // Whose limit it was is read as the exit is, whether or not the scope was still there.
+    let (first, report) = diagnose_cause(&e.d, &hog);
+    assert!(
+        first.ends_with("was OOM killed by its own memory limit (32 MiB)"),
+        "{report}"
+    );
     // The kill is counted in the container's scope, not in the pod's.
     let (_, info) = status(&mut e.c, &pod.0).await;
     let pod_scope = systemd_dir(info["cgroup"].as_str().unwrap());

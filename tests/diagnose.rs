@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::workload::Env;
 use common::{Daemon, diagnose, diagnose_cause as cause, pod_config, run_pod, run_request};
+use crust::cri::pb;
 
 #[tokio::test]
 async fn a_pod_whose_cni_add_failed_is_explained_by_the_plugin() {
@@ -130,6 +131,39 @@ async fn an_oom_killed_container_is_blamed_on_its_own_limit() {
     );
 }
 
+/// A container with no limit of its own in a pod whose cgroup is limited (kubelet's
+/// UpdatePodSandboxResources): the pod's limit killed it, and the report says so.
+#[tokio::test]
+async fn an_oom_kill_at_the_pod_s_limit_is_blamed_on_the_pod() {
+    let mut e = Env::start().await;
+    let pod = e.pod("podhog").await;
+    e.c.update_pod_sandbox_resources(pb::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.0.clone(),
+        resources: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 48 << 20,
+            ..Default::default()
+        }),
+        overhead: None,
+    })
+    .await
+    .unwrap();
+    let mut hog = e.memory_hog("hog");
+    hog.linux.as_mut().unwrap().resources = None;
+    let id = e.run(&pod, hog).await;
+    let s = e.wait_exit(&id, Duration::from_secs(30)).await;
+    assert_eq!(s.reason, "OOMKilled");
+    let (first, out) = cause(&e.d, "crust-test/podhog");
+    assert_eq!(
+        first,
+        format!(
+            "container hog ({}) of pod crust-test/podhog was OOM killed by its pod's memory \
+             limit (48 MiB): it has none of its own",
+            &id[..13]
+        ),
+        "{out}"
+    );
+}
+
 #[tokio::test]
 async fn a_healthy_pod_then_a_stopped_container_then_a_dead_daemon() {
     let mut e = Env::start().await;
@@ -142,6 +176,13 @@ async fn a_healthy_pod_then_a_stopped_container_then_a_dead_daemon() {
     );
     // Facts read from the running container's cgroup, and the daemon's conditions.
     assert!(out.contains("  cgroup /sys/fs/cgroup/"), "{out}");
+    // Pressure where the kernel gives it: cgroup v2 (hack/cgroupv2-tests.sh runs this there).
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    assert_eq!(
+        out.matches("  pressure (some, avg10): cpu ").count(),
+        if v2 { 2 } else { 0 },
+        "the pod's and the container's: {out}"
+    );
     assert!(
         out.contains(" 1 tasks") || out.contains(" 2 tasks"),
         "{out}"

@@ -156,6 +156,7 @@ impl Containers {
                     signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
                     finished_at: now_nanos(),
                     oom_killed: false,
+                    oom_scope: None,
                     message: "the pod's monitor exited and took the container's process with it"
                         .into(),
                 }

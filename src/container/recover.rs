@@ -102,6 +102,7 @@ impl Containers {
             signal: None,
             finished_at: now_nanos(),
             oom_killed: false,
+            oom_scope: None,
             message: format!(
                 "its creation was cut short by a restart of crust, and undoing it failed: {error}; RemoveContainer tries again"
             ),

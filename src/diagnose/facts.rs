@@ -58,6 +58,8 @@ pub struct PodFacts {
     /// RunPodSandbox calls that failed, as the history has them.
     pub failed_runs: usize,
     pub cgroup: Option<CgroupFacts>,
+    /// The memory cgroups whose limit is the pod's (see `CgroupSettings::pod_memory_dirs`).
+    pub memory_cgroups: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,6 +185,11 @@ fn pod(inputs: &Inputs, name: &str, s: Option<&SandboxRecord>, timeline: &[Entry
         cgroup: s
             .filter(|s| s.phase.holds_resources())
             .and_then(|s| cgroup(inputs.cgroups.pod_stat_dirs(&s.cgroup))),
+        memory_cgroups: s.map_or(Vec::new(), |s| {
+            inputs
+                .cgroups
+                .pod_memory_dirs(&s.cgroup, &s.spec.cgroup_parent)
+        }),
     }
 }
 

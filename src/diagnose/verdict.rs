@@ -5,6 +5,7 @@
 
 use super::facts::{ContainerFacts, PodFacts, Verdict};
 use crate::history::{Entry, Fact};
+use crate::monitor::OomScope;
 
 pub(super) fn decide(
     pod: &PodFacts,
@@ -46,6 +47,34 @@ const CREATE_FAILED: u8 = 4;
 const START_FAILED: u8 = 4;
 const CRASH_LOOP: u8 = 5;
 const OOM_KILLED: u8 = 6;
+
+/// Whose limit an OOM kill enforced, as the monitor read it from the cgroups at the exit (an
+/// older record without it is told by whether the container had a limit of its own).
+fn oom_by(pod: &PodFacts, scope: Option<&OomScope>, limit: Option<u64>) -> String {
+    let own = limit.map_or(String::new(), |l| format!(" ({})", mib(l)));
+    let not_own = if limit.is_some() {
+        format!("its own{own} was not reached")
+    } else {
+        "it has none of its own".to_owned()
+    };
+    match scope {
+        Some(OomScope::Container) => format!("by its own memory limit{own}"),
+        Some(OomScope::Cgroup { dir, limit }) => {
+            let whose = if pod.memory_cgroups.contains(dir) {
+                "its pod's memory limit".to_owned()
+            } else {
+                format!("the memory limit of {}, above its pod", dir.display())
+            };
+            let of = limit.map_or(String::new(), |l| format!(" ({})", mib(l)));
+            format!("by {whose}{of}: {not_own}")
+        }
+        Some(OomScope::Node) => format!(
+            "by the node's OOM killer: no memory limit of its own or above it was reached ({not_own})"
+        ),
+        None if limit.is_some() => format!("by its own memory limit{own}"),
+        None => "with no memory limit of its own (at its pod's or the node's limit)".to_owned(),
+    }
+}
 
 fn verdict(kind: &'static str, summary: String) -> Verdict {
     Verdict { kind, summary }
@@ -177,10 +206,7 @@ fn judge(pod: &PodFacts, c: &ContainerFacts, timeline: &[Entry]) -> (u8, Verdict
     };
     let how = describe_exit(exit, c.started_at);
     if exit.oom_killed {
-        let by = match c.memory_limit {
-            Some(limit) => format!("by its own memory limit ({})", mib(limit)),
-            None => "with no memory limit of its own (at its pod's or the node's limit)".to_owned(),
-        };
+        let by = oom_by(pod, exit.oom_scope.as_ref(), c.memory_limit);
         let again = if looping {
             format!(
                 "; it has exited {} times by itself ({recreated})",

@@ -20,6 +20,7 @@ mod exec_seccomp;
 mod interactive;
 mod logs;
 mod oom;
+pub use oom::OomScope;
 mod pod_init;
 mod process;
 mod server;
@@ -319,6 +320,10 @@ pub struct ExitInfo {
     pub finished_at: i64,
     /// The kernel's OOM killer ended it (read from the container's cgroup, not guessed).
     pub oom_killed: bool,
+    /// Whose limit that kill enforced, as the cgroups counted it (absent in records written
+    /// before crust read it, and for an exit that was not an OOM kill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_scope: Option<OomScope>,
     /// Why it ended, for ContainerStatus.message (empty when it simply exited).
     pub message: String,
 }

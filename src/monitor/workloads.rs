@@ -86,7 +86,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
     let oom = req
         .memory_cgroup
         .as_deref()
-        .and_then(|dir| OomWatch::start(dir, monitor.oom_kills.get()));
+        .map(|dir| OomWatch::start(dir, monitor.oom_kills.get()));
     let status = monitor.adopt(pid, since, &id);
     monitor.workloads.borrow_mut().insert(
         id.clone(),
@@ -327,9 +327,9 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         let clean = code == 0 && signal.is_none();
         // What the watch saw first: with the systemd driver the cgroup may be gone by now.
         let sigkill = signal == Some(Signal::SIGKILL as i32);
-        let watched = w
-            .oom
-            .take()
+        let watch = w.oom.take();
+        let watched = watch
+            .as_ref()
             .map_or(0, |o| o.kills_at_exit(sigkill, monitor.oom_kills.get()));
         monitor.oom_kills.set(monitor.oom_kills.get() + watched);
         let oom_killed =
@@ -339,6 +339,7 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             signal,
             finished_at: now_nanos(),
             oom_killed,
+            oom_scope: watch.filter(|_| oom_killed).map(|o| o.scope_at_exit()),
             message: String::new(),
         };
         let path = w.req.dir.join(EXIT_FILE);

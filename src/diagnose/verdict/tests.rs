@@ -12,6 +12,7 @@ fn pod(state: Option<&'static str>) -> PodFacts {
         problem: None,
         failed_runs: 0,
         cgroup: None,
+        memory_cgroups: Vec::new(),
     }
 }
 
@@ -39,6 +40,7 @@ fn exit(code: i32, oom: bool) -> ExitInfo {
         signal: None,
         finished_at: 1_500_000_000,
         oom_killed: oom,
+        oom_scope: None,
         message: String::new(),
     }
 }
@@ -92,6 +94,52 @@ fn an_oom_kill_names_whose_limit() {
         "{}",
         v.summary
     );
+}
+
+/// The scope the monitor read decides; the container's limit only words it.
+#[test]
+fn an_oom_kill_above_the_container_names_the_pod_or_the_node() {
+    let mut p = pod(Some("ready"));
+    p.memory_cgroups = vec!["/sys/fs/cgroup/memory/kubepods/pod1".into()];
+    let scoped = |scope: OomScope, limit| {
+        let mut e = exit(137, true);
+        e.oom_scope = Some(scope);
+        let mut c = container("exited", Some(e));
+        c.memory_limit = limit;
+        decide(&p, &[c], &[], None).summary
+    };
+    let cgroup = |dir: &str| OomScope::Cgroup {
+        dir: dir.into(),
+        limit: Some(48 << 20),
+    };
+    let s = scoped(
+        cgroup("/sys/fs/cgroup/memory/kubepods/pod1"),
+        Some(64 << 20),
+    );
+    assert!(
+        s.ends_with(
+            "was OOM killed by its pod's memory limit (48 MiB): its own (64 MiB) was not reached"
+        ),
+        "{s}"
+    );
+    let s = scoped(cgroup("/sys/fs/cgroup/memory/kubepods"), None);
+    assert!(
+        s.ends_with(
+            "by the memory limit of /sys/fs/cgroup/memory/kubepods, above its pod (48 MiB): it \
+             has none of its own"
+        ),
+        "{s}"
+    );
+    let s = scoped(OomScope::Node, None);
+    assert!(
+        s.ends_with(
+            "by the node's OOM killer: no memory limit of its own or above it was reached (it \
+             has none of its own)"
+        ),
+        "{s}"
+    );
+    let s = scoped(OomScope::Container, Some(32 << 20));
+    assert!(s.ends_with("by its own memory limit (32 MiB)"), "{s}");
 }
 
 #[test]

@@ -220,6 +220,20 @@ impl CgroupSettings {
         self.stat_dirs_at(scope.parent().unwrap_or(Path::new("/")))
     }
 
+    /// The memory cgroups that are pod `pod`'s own, whose limit is the pod's: the one its
+    /// statistics are read from (`pod_stat_dirs`) and, with cgroupfs, the parent kubelet made
+    /// for it (`cgroup_parent`, when the request named one).
+    pub fn pod_memory_dirs(&self, pod: &str, cgroup_parent: &str) -> Vec<PathBuf> {
+        let dir = match self.pod_stat_dirs(pod) {
+            crate::stats::CgroupDirs::V2(dir) => dir,
+            crate::stats::CgroupDirs::V1 { memory, .. } => memory,
+        };
+        let kubelet_s = (self.driver == CgroupDriver::Cgroupfs && !cgroup_parent.is_empty())
+            .then(|| dir.parent().map(Path::to_path_buf))
+            .flatten();
+        std::iter::once(dir).chain(kubelet_s).collect()
+    }
+
     /// The statistics directories of the cgroup at `rel` (below the hierarchy roots).
     fn stat_dirs_at(&self, rel: &Path) -> crate::stats::CgroupDirs {
         let rel = rel.strip_prefix("/").unwrap_or(rel);
