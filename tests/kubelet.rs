@@ -1,10 +1,11 @@
 //! A real kubelet (v1.37, standalone, static pods) on crust, checked the way an operator
 //! checks a node: kubelet's own `/pods` status, `/stats/summary`, `/metrics/cadvisor` and
-//! metrics, crictl, and what is left on the host afterwards. One kubelet runs the whole story:
-//! probes, a crash loop, an OOM kill, init containers sharing an emptyDir, a host-network pod,
-//! a pod sharing its PID namespace whose CAP_SYS_PTRACE container cannot reach the node through
-//! PID 1, crust killed and restarted under it, a liveness failure, and the pods removed. A
-//! second kubelet takes devices from a device plugin that hands them out as CDI names.
+//! metrics, crictl, crust diagnose, and what is left on the host afterwards. One kubelet runs
+//! the whole story: probes, a crash loop, an OOM kill, a pod whose CNI ADD the network
+//! refuses, init containers sharing an emptyDir, a host-network pod, a pod sharing its PID
+//! namespace whose CAP_SYS_PTRACE container cannot reach the node through PID 1, crust killed
+//! and restarted under it, a liveness failure, and the pods removed. A second kubelet takes
+//! devices from a device plugin that hands them out as CDI names.
 
 mod common;
 
@@ -59,6 +60,17 @@ fn manifests(image: &str, marker: &str) -> Vec<(&'static str, String)> {
     image: IMAGE
     command: [sh, -c, "x=0123456789; while true; do x=$x$x; done"]
     resources: {limits: {memory: 32Mi}}
+"#,
+            ),
+        ),
+        (
+            "nonet",
+            pod(
+                "nonet",
+                r#"  containers:
+  - name: main
+    image: IMAGE
+    command: [sleep, "3600"]
 "#,
             ),
         ),
@@ -157,7 +169,11 @@ fn crictl(e: &Env, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubelet_runs_static_pods_on_crust() {
-    let mut e = Env::start().await;
+    // The network refuses one pod, as a broken or exhausted plugin would.
+    let mut e = Env::start_with(|d| {
+        d.write_bridge_network(&[r#"{"type":"crust-test-fail","onlyPods":["nonet-crust-node"]}"#])
+    })
+    .await;
     let marker = e.d.dir.join("node-marker");
     let token = format!("node-only-{}", std::process::id());
     std::fs::write(&marker, &token).unwrap();
@@ -219,6 +235,26 @@ async fn kubelet_runs_static_pods_on_crust() {
         ),
         "{report}"
     );
+
+    // A pod whose CNI ADD fails: kubelet retries RunPodSandbox, crust diagnose names the
+    // plugin's refusal.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, out, _) = common::diagnose(&e.d, "default/nonet-crust-node", false);
+        let first = out.lines().next().unwrap_or_default();
+        if ok && first.contains("CNI ADD failed") {
+            assert!(
+                first.starts_with("pod default/nonet-crust-node has no sandbox: CNI ADD failed (")
+                    && first.contains("fixture plugin refuses ADD"),
+                "{out}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{out}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let nonet = k.pod("nonet").unwrap_or_default()["status"].clone();
+    assert!(!running(&nonet, "main"), "{nonet:#}");
 
     // An init container, then two containers sharing its emptyDir.
     let shared = k.wait_pod("shared", "running", |s| {
