@@ -77,6 +77,8 @@ pub const DESCRIPTORS: &[Descriptor] = &[
     d("container_memory_mapped_file", G, &[], "Size of memory mapped files in bytes."),
     d("container_memory_swap", G, &[], "Container swap usage in bytes."),
     d("container_memory_failcnt", C, &[], "Number of memory usage hits limits."),
+    d("container_memory_events_high_total", C, &[], "Cumulative count of memory.high throttle events for the container"),
+    d("container_memory_events_max_total", C, &[], "Cumulative count of memory.max limit hit events for the container"),
     d("container_memory_usage_bytes", G, &[], "Current memory usage in bytes, including all memory regardless of when it was accessed."),
     d("container_memory_max_usage_bytes", G, &[], "Maximum memory usage recorded in bytes."),
     d("container_memory_working_set_bytes", G, &[], "Current working set in bytes."),
@@ -300,6 +302,8 @@ fn extended(out: &mut Out, x: &Extended, device_name: &dyn Fn(u64, u64) -> Strin
         &[],
     );
     out.push("container_memory_failcnt", x.failcnt, &[]);
+    out.push("container_memory_events_high_total", x.events_high, &[]);
+    out.push("container_memory_events_max_total", x.events_max, &[]);
     out.push(
         "container_memory_total_active_file_bytes",
         x.active_file,

@@ -198,6 +198,8 @@ fn extended_v1(
         kernel: single(&memory.join("memory.kmem.usage_in_bytes")).unwrap_or(0),
         max_usage: single(&memory.join("memory.max_usage_in_bytes")).ok(),
         failcnt: single(&memory.join("memory.failcnt")).unwrap_or(0),
+        events_high: 0,
+        events_max: 0,
         active_file: get("total_active_file"),
         inactive_file: get("total_inactive_file"),
         own_page_faults: get("pgfault"),
@@ -298,6 +300,8 @@ fn extended_v2(
             .unwrap_or_else(|| get("kernel_stack") + get("slab") + get("sock") + get("pagetables")),
         max_usage: single(&dir.join("memory.peak")).ok(),
         failcnt: events.get("max").copied().unwrap_or(0),
+        events_high: events.get("high").copied().unwrap_or(0),
+        events_max: events.get("max").copied().unwrap_or(0),
         active_file: get("active_file"),
         inactive_file: get("inactive_file"),
         // v2's memory.stat is hierarchical only.
@@ -696,7 +700,7 @@ mod tests {
                 ),
                 ("memory.swap.current", "10\n"),
                 ("memory.swap.max", "max\n"),
-                ("memory.events", "low 0\nhigh 0\nmax 6\noom 1\noom_kill 1\n"),
+                ("memory.events", "low 0\nhigh 2\nmax 6\noom 1\noom_kill 1\n"),
                 ("pids.current", "3\n"),
                 ("pids.max", "100\n"),
                 ("cpu.max", "max 100000\n"),
@@ -740,6 +744,7 @@ mod tests {
             (5000, 4000, 64)
         );
         assert_eq!((x.failcnt, x.oom_kills, x.threads_max), (6, 1, Some(100)));
+        assert_eq!((x.events_high, x.events_max), (2, 6));
         // The kernel's default weight (100) through the inverse of runc's shares conversion.
         assert_eq!(
             (x.spec.cpu_quota, x.spec.cpu_period, x.spec.cpu_shares),

@@ -102,6 +102,10 @@ pub struct Extended {
     pub max_usage: Option<u64>,
     /// Times the usage hit the limit (v2: `max` events).
     pub failcnt: u64,
+    /// `memory.events`' `high` (throttled over memory.high) and `max` counts; v2 only, 0 on
+    /// v1 as in cAdvisor.
+    pub events_high: u64,
+    pub events_max: u64,
     pub active_file: u64,
     pub inactive_file: u64,
     /// Page faults of this cgroup alone (v1; on v2 the same as the hierarchy's).
