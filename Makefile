@@ -10,7 +10,7 @@ export CRUST_TOOLS_CACHE ?= /var/cache/crust-tools
 # Where crictl and critest are (built by the `tools` prerequisite below).
 CRI_TOOLS = $(shell hack/build-tools.sh --dir cri-tools)
 
-.PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images critest e2e-node \
+.PHONY: all build run test test-stress soak cgroupv2-test lint bench bench-images bench-kubelet critest e2e-node \
 	tools kubelet containerd deb clean
 
 all: build
@@ -94,6 +94,14 @@ bench:
 	hack/bench.sh
 	hack/bench-images.sh
 	hack/bench-stats.sh
+	hack/bench-kubelet.sh
+
+## Pod start as kubelet measures it (kubelet v1.37, 30 static pods of an init and a main
+## container) on crust, then on containerd, in the same run.
+bench-kubelet:
+	hack/install-deps.sh bench
+	$(CARGO) build --release --bins
+	hack/bench-kubelet.sh
 
 ## Image pull/list/status benchmark against crust and containerd.
 bench-images:

@@ -22,8 +22,9 @@ case $purpose in
   # libFuzzer: g++.
   test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc g++" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
-  # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image.
-  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc gcc libc6-dev curl python3 util-linux procps" ;;
+  # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
+  # the kubelet benchmark reads kubelet's /pods with jq.
+  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc gcc libc6-dev curl python3 util-linux procps jq" ;;
   *) echo "usage: $0 build|run|test|bench" >&2; exit 2 ;;
 esac
 
