@@ -220,11 +220,6 @@ for i in $(seq 300); do
 done
 
 # --- the suite
-# kubelet takes pod and container statistics from the runtime (PodAndContainerStatsFromCRI),
-# as it must for a runtime its cAdvisor has no handler for (it has containerd's and CRI-O's):
-# the suite's own gates, which it gives the kubelet too and which make the specs of
-# cAdvisor's own series (ContainerMetrics /metrics/cadvisor) skip themselves. Both runtimes
-# run so; tests/kubelet.rs checks crust's /metrics/cadvisor for that spec's series.
 # The disk is shared with other builds (often over 90% full): disk pressure in absolute terms
 # (2 GiB), not the suite's 10%, which would evict the suite's pods, and no image garbage
 # collection, which would remove the images the specs are about to use.
@@ -248,7 +243,6 @@ ln -s "$tools/kubelet" "$work/run/kubelet"
     "$@" "$work/run/e2e_node.test" -- \
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
     --prepull-images=false --report-dir="$work/report" \
-    --feature-gates=PodAndContainerStatsFromCRI=true \
     --kubelet-flags="${kubelet_flags[*]}"
 ) > "$work/suite.log" 2>&1 8>&-
 rc=$?
