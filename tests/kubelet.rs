@@ -381,9 +381,10 @@ async fn kubelet_runs_static_pods_on_crust() {
                 && l.contains("pod=\"web-crust-node\"")),
         "no working set series for httpd in /metrics/cadvisor"
     );
-    // Every series node conformance's ContainerMetrics spec asks of a container, which that
-    // spec skips itself under PodAndContainerStatsFromCRI (and so in `make e2e-node`): all but
-    // the block I/O ones, which come per device that saw I/O (a unit test checks those).
+    // Every series node conformance's ContainerMetrics spec asks of a container (that spec
+    // reads kubelet's cAdvisor, which has no handler for crust, and skips itself under
+    // PodAndContainerStatsFromCRI): all but the block I/O ones, which come per device that
+    // saw I/O (a unit test checks those).
     for name in CADVISOR_CONTAINER_SERIES {
         assert!(
             cadvisor.lines().any(|l| l.starts_with(&format!("{name}{{"))
