@@ -33,11 +33,19 @@ BRIDGE=crustbenchk0
 CGROUP_ROOT=/crust-bench-kubelet-$$
 cgroup_dirs() { # every hierarchy's directory of the kubelet's cgroup root
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "/sys/fs/cgroup$CGROUP_ROOT"; return; fi
+  # v1 hierarchies and, on a hybrid host, the unified one (kubelet makes its cgroups there too).
   for h in /sys/fs/cgroup/*/; do
-    case $h in */unified/) ;; *) [ -e "$h/cgroup.procs" ] && echo "${h%/}$CGROUP_ROOT" ;; esac
+    [ -e "$h/cgroup.procs" ] && echo "${h%/}$CGROUP_ROOT"
   done
 }
+cgroup_pids() { # every process in kubelet's cgroups
+  local d
+  for d in $(cgroup_dirs); do
+    [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done | sort -u
+}
 cleanup() {
+  cgroup_pids | xargs -r kill -9 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   pkill -f "containerd-shim-runc-v2 .*-address $W/" 2>/dev/null || true
@@ -162,10 +170,13 @@ YAML
       histogram "$k/metrics" kubelet_runtime_operations_duration_seconds "operation_type=\"$op\"" "$op"
     done
   } > "$W/$label.figures"
-  # Down again: the manifests go, kubelet stops and removes everything, then kubelet goes.
+  # Down again: the manifests go and kubelet stops everything. kubelet's /pods forgets a static
+  # pod as soon as its manifest goes, so the wait is on the processes: none left in kubelet's
+  # cgroups (the runtime's own pod processes, monitors or pause containers, included).
   rm -f "$k/manifests/"*.yaml
   for i in $(seq 1200); do
-    [ "$(curl -s "http://127.0.0.1:$ro/pods" | jq '.items // [] | length' || true)" = 0 ] && break
+    [ -z "$(cgroup_pids)" ] && break
+    [ "$i" -lt 1200 ] || { echo "$label: processes left in kubelet's cgroups after 120 s" >&2; exit 1; }
     sleep 0.1
   done
   kill "$kpid"; wait "$kpid" 2>/dev/null || true
