@@ -60,34 +60,11 @@ trap cleanup EXIT
 wait_for() { for _ in $(seq 300); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "timed out waiting for $1" >&2; return 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-mkdir -p "$W/net.d"
-cat > "$W/net.d/10-bench.conflist" <<JSON
-{"cniVersion":"1.0.0","name":"crust-bench","plugins":[
- {"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","dataDir":"$W/ipam","ranges":[[{"subnet":"10.91.0.0/16"}]],
-          "routes":[{"dst":"0.0.0.0/0"}]}},
- {"type":"portmap","capabilities":{"portMappings":true}}]}
-JSON
-
-# Static busybox as a docker archive (as hack/bench.sh), and containerd's pause image.
-docker_archive() { # dir tag [entrypoint]: archives dir/rootfs as image `tag` into dir.tar
-  local d=$1 tag=$2 entry=${3:-} diff config
-  tar -C "$d/rootfs" -cf "$d/layer.tar" .
-  diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
-  config='"Env":["PATH=/bin"],"Cmd":["sh"]'
-  [ -z "$entry" ] || config="\"Entrypoint\":[\"$entry\"]"
-  printf '{"architecture":"amd64","os":"linux","config":{%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$config" "$diff" > "$d/config.json"
-  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$tag" > "$d/manifest.json"
-  tar -C "$d" -cf "$d.tar" manifest.json config.json layer.tar
-}
-IMAGE=crust.bench/busybox:1
-mkdir -p "$W/busybox/rootfs/bin" "$W/busybox/rootfs/tmp" "$W/pause/rootfs"
-cp /bin/busybox "$W/busybox/rootfs/bin/"
-for a in sh sleep true; do ln -s busybox "$W/busybox/rootfs/bin/$a"; done
-docker_archive "$W/busybox" "$IMAGE"
-printf '#include <signal.h>\n#include <unistd.h>\nstatic void down(int s){(void)s;_exit(0);}\nint main(void){signal(SIGTERM,down);signal(SIGINT,down);for(;;)pause();}\n' > "$W/pause/pause.c"
-gcc -static -O2 -s -o "$W/pause/rootfs/pause" "$W/pause/pause.c"
-docker_archive "$W/pause" crust.bench/pause:1 /pause
+# shellcheck source=hack/bench-lib.sh
+. hack/bench-lib.sh
+bench_network "$W/net.d" "$BRIDGE" 10.91.0.0/16
+bench_images "$W"
+IMAGE=$BENCH_IMAGE
 
 # One kubelet run against SOCKET, labelled LABEL: its figures go to $W/LABEL.figures.
 kubelet_run() { # label socket

@@ -48,29 +48,12 @@ trap cleanup EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 wait_for() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "timed out waiting for $1" >&2; return 1; }
 
-mkdir -p "$W/net.d"
-cat > "$W/net.d/10-bench.conflist" <<JSON
-{"cniVersion":"1.0.0","name":"crust-bench","plugins":[
- {"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":true,
-  "ipam":{"type":"host-local","dataDir":"$W/ipam","ranges":[[{"subnet":"10.90.0.0/16"}]],
-          "routes":[{"dst":"0.0.0.0/0"}]}},
- {"type":"portmap","capabilities":{"portMappings":true}}]}
-JSON
-
-# The containers' image, for both runtimes: static busybox as a docker archive.
-docker_archive() { # dir tag: archives dir/rootfs as image `tag` into dir.tar
-  local d=$1 tag=$2 diff
-  tar -C "$d/rootfs" -cf "$d/layer.tar" .
-  diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
-  printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":["sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff" > "$d/config.json"
-  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$tag" > "$d/manifest.json"
-  tar -C "$d" -cf "$d.tar" manifest.json config.json layer.tar
-}
-IMAGE=crust.bench/busybox:1
-mkdir -p "$W/busybox/rootfs/bin" "$W/busybox/rootfs/tmp"
-cp /bin/busybox "$W/busybox/rootfs/bin/"
-for a in sh sleep true; do ln -s busybox "$W/busybox/rootfs/bin/$a"; done
-docker_archive "$W/busybox" "$IMAGE"
+# shellcheck source=hack/bench-lib.sh
+. hack/bench-lib.sh
+bench_network "$W/net.d" "$BRIDGE" 10.90.0.0/16
+# The containers' image for both runtimes, and containerd's pause image.
+bench_images "$W"
+IMAGE=$BENCH_IMAGE
 
 # `crictl exec <id> true` (Exec RPC, the streaming upgrade, the command and its exit code, crictl's
 # own start included, the same for both runtimes): median of EXEC_ROUNDS.
@@ -146,21 +129,13 @@ kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 
 echo "== containerd $CTRD_DESC"
 C=$W/ctrd
-mkdir -p "$C/pause/rootfs"
-# containerd needs a pause image: a static one built here, imported as a docker archive.
-printf '#include <signal.h>\n#include <unistd.h>\nstatic void down(int s){(void)s;_exit(0);}\nint main(void){signal(SIGTERM,down);signal(SIGINT,down);for(;;)pause();}\n' > "$C/pause/pause.c"
-gcc -static -O2 -s -o "$C/pause/rootfs/pause" "$C/pause/pause.c"
-tar -C "$C/pause/rootfs" -cf "$C/pause/layer.tar" pause
-diff=$(sha256sum "$C/pause/layer.tar" | cut -d' ' -f1)
-printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff" > "$C/pause/config.json"
-printf '[{"Config":"config.json","RepoTags":["crust.bench/pause:1"],"Layers":["layer.tar"]}]' > "$C/pause/manifest.json"
-tar -C "$C/pause" -cf "$C/pause.tar" manifest.json config.json layer.tar
+mkdir -p "$C"
 ctrd_config "$C/config.toml" "$C/root" "$C/state" "$C/containerd.sock" \
   cni_conf_dir="$W/net.d" sandbox_image=crust.bench/pause:1
 ctrd_start "$C/config.toml" "$C/log"
 PIDS+=("$CTRD_PID")
 wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
-"$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$C/pause.tar" >/dev/null
+"$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/pause.tar" >/dev/null
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
 [ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"

@@ -385,11 +385,29 @@ async fn kubelet_runs_static_pods_on_crust() {
     // reads kubelet's cAdvisor, which has no handler for crust, and skips itself under
     // PodAndContainerStatsFromCRI): all but the block I/O ones, which come per device that
     // saw I/O (a unit test checks those).
+    let lines = cadvisor.lines().map(|l| Ok(l.to_owned()));
+    let httpd_series: std::collections::HashMap<String, Option<f64>> =
+        prometheus_parse::Scrape::parse(lines)
+            .expect("/metrics/cadvisor parses")
+            .samples
+            .into_iter()
+            .filter(|s| {
+                s.labels.get("container") == Some("httpd")
+                    && s.labels.get("pod") == Some("web-crust-node")
+            })
+            .map(|s| {
+                let value = match s.value {
+                    prometheus_parse::Value::Counter(v)
+                    | prometheus_parse::Value::Gauge(v)
+                    | prometheus_parse::Value::Untyped(v) => Some(v),
+                    _ => None,
+                };
+                (s.metric, value)
+            })
+            .collect();
     for name in CADVISOR_CONTAINER_SERIES {
         assert!(
-            cadvisor.lines().any(|l| l.starts_with(&format!("{name}{{"))
-                && l.contains("container=\"httpd\"")
-                && l.contains("pod=\"web-crust-node\"")),
+            httpd_series.contains_key(*name),
             "no {name} series for httpd in /metrics/cadvisor"
         );
     }
@@ -399,13 +417,11 @@ async fn kubelet_runs_static_pods_on_crust() {
         ("container_oom_events_total", 0.0),
         ("container_spec_cpu_period", 100_000.0),
     ] {
-        let value = cadvisor
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("container=\"httpd\""))
-            // `name{labels} value [timestamp]`
-            .and_then(|l| l.rsplit_once('}'))
-            .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok());
-        assert_eq!(value, Some(want), "{name} of httpd");
+        assert_eq!(
+            httpd_series.get(name).copied().flatten(),
+            Some(want),
+            "{name} of httpd"
+        );
     }
 
     // Evented PLEG: kubelet holds a GetContainerEvents stream, receives events on it, and a

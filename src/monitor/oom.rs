@@ -87,13 +87,22 @@ impl OomWatch {
             .skip(1)
             .take(MAX_DEPTH)
             .map_while(|p| Some((p.to_owned(), own_limit_hits(p, true)?)))
-            .collect();
-        let below_parent = dir
+            .collect::<Vec<_>>();
+        // The parent's memory.events read once (v2): its kills, and its hierarchical limit
+        // count less its local one, which `above` has just read.
+        let parent_events = dir
             .parent()
-            .and_then(|p| Some((p.to_owned(), limit_hits_below(p)?)));
-        let parent = dir.parent().map(|p| p.join("memory.events")).and_then(|p| {
-            let count = events_kill_count(&p)?;
-            Some((p, count, attributed))
+            .and_then(|p| Some((p, std::fs::read_to_string(p.join("memory.events")).ok()?)));
+        let local = above.first().map_or(0, |(_, hits)| *hits);
+        let below_parent = parent_events
+            .as_ref()
+            .map(|(p, text)| (p.to_path_buf(), count(text, "oom").saturating_sub(local)));
+        let parent = parent_events.map(|(p, text)| {
+            (
+                p.join("memory.events"),
+                count(&text, "oom_kill"),
+                attributed,
+            )
         });
         let seen = Rc::new(Cell::new(Seen::default()));
         OomWatch {
