@@ -32,7 +32,10 @@ if ! command -v sudo >/dev/null; then
   printf '#!/bin/sh\nexec "$@"\n' >"$tools/sudo"
   chmod 755 "$tools/sudo"
 fi
-export PATH=$tools:$PATH RUST_BACKTRACE=${RUST_BACKTRACE:-0} TMPDIR=/tmp
+# The tests' and critest's daemons keep their roots on the guest's ext4 disk, as a node keeps
+# /var/lib/crust: the guest's /tmp is a tmpfs, which Linux 6.1 cannot id-map, and pods with user
+# namespaces need id-mapped image layers.
+export PATH=$tools:$PATH RUST_BACKTRACE=${RUST_BACKTRACE:-0} TMPDIR=/var/tmp
 
 extra=()
 [ "$mode" = systemd ] && extra=(--include-ignored)

@@ -43,6 +43,7 @@ CGROUPFS_SUITES=(
   "sandbox_recovery sigkilled_daemon_recovers_every_pod_with_its_state_and_ip a_dead_monitor_makes_the_pod_not_ready_and_stop_still_cleans_up"
   "container_recovery containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill containers_of_a_pod_whose_monitor_died_end_as_killed"
   "diagnose an_oom_killed_container_is_blamed_on_its_own_limit an_oom_kill_at_the_pod_s_limit_is_blamed_on_the_pod a_healthy_pod_then_a_stopped_container_then_a_dead_daemon"
+  "user_namespaces a_pod_s_root_is_an_unprivileged_range_of_host_ids volumes_with_the_pod_s_mappings_are_id_mapped the_pod_lives_through_a_daemon_kill_and_leaves_nothing"
 )
 SYSTEMD_SUITES=(
   "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
@@ -58,7 +59,7 @@ SYSTEMD_SUITES=(
 # stats, and the OOM kill, read from the container's own scope (9). The rest of critest runs
 # on the host. The tests of AppArmor and the differential test against containerd run in the
 # cgroupfs boot, for AppArmor too.
-CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (AppArmor|PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
+CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (AppArmor|Security Context UserNamespaces|PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
 CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations on container runtime should support (starting|listing container stats)) )'
 
 [ "$(id -u)" -eq 0 ] || fail "run as root (the VM script builds its image and boots as root)"

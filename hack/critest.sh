@@ -87,7 +87,7 @@ else
 fi
 
 # --- a crust of our own
-work=$(mktemp -d /tmp/crust-critest.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/crust-critest.XXXXXX")
 sock=$work/crust.sock
 # A bridge and subnet of this run's own, so runs from two work trees at once do not collide.
 for _ in 1 2 3 4 5 6 7 8; do

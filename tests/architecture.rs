@@ -60,7 +60,9 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
         "monitor/process.rs",
         "the monitor forks itself away from the daemon and unshares the pod's net, ipc and uts \
          namespaces (pid for its children only): it stays in the node's PID namespace, where no \
-         container of the pod sees it",
+         container of the pod sees it; for a pod with a user namespace a short-lived child of \
+         it (sys/userns.rs) creates those namespaces inside the pod's, and is gone before the \
+         pod runs anything",
     ),
     (
         "monitor/pod_init.rs",
@@ -78,6 +80,12 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
         "the wrappers themselves; tcp_socket_in_netns enters only a pod's network namespace, on \
          a thread of the daemon that ends at once and is in no PID namespace of a pod",
     ),
+    (
+        "sys/userns.rs",
+        "the user namespace holder: a fork of the monitor (or of the daemon's start-up probe) \
+         that unshares a user namespace the monitor maps, creates the pod's namespaces in it and \
+         exits once they are pinned; never in a PID namespace of a pod",
+    ),
     ("oci/seccomp_default.rs", "a unit test's own child process"),
     (
         "bin/bench/stream_portforward.rs",
@@ -89,6 +97,9 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
 fn every_place_that_makes_a_process_for_a_pod_is_named() {
     let patterns = [
         "fork_single_threaded()",
+        "fork_sibling_single_threaded()",
+        "unistd::fork",
+        "{ fork() }",
         "setns(",
         "unshare(",
         "ContainerBuilder::new",

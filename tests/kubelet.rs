@@ -127,6 +127,22 @@ fn manifests(image: &str, marker: &str) -> Vec<(&'static str, String)> {
 "#,
             ),
         ),
+        (
+            "userns",
+            pod(
+                "userns",
+                r#"  hostUsers: false
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sh, -c, "id -u > /scratch/uid && touch /tmp/ready && exec sleep 3600"]
+    readinessProbe: {exec: {command: [test, -f, /tmp/ready]}, periodSeconds: 1}
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+"#,
+            ),
+        ),
     ]
 }
 
@@ -330,6 +346,39 @@ async fn kubelet_runs_static_pods_on_crust() {
         std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap(),
         std::fs::read_link("/proc/self/ns/net").unwrap()
     );
+
+    // hostUsers: false: kubelet allocates the pod a range of host ids (its default, with no
+    // `kubelet` user in /etc/subuid); the pod turns Ready with its root an unprivileged host
+    // id, and the emptyDir it writes is an id-mapped mount: root's inside, root's on the node.
+    let userns = k.wait_pod("userns", "ready", |s| container(s, "main")["ready"] == true);
+    let main = crust_id(&userns, "main");
+    let pid = e.info(&main).await["pid"].as_i64().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let host_uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap();
+    assert!(host_uid >= 65536, "the pod's root is host uid {host_uid}");
+    let map = crictl(&e, &["exec", &main, "cat", "/proc/self/uid_map"]);
+    let map: Vec<&str> = map.split_whitespace().collect();
+    assert_eq!(
+        map,
+        ["0", &host_uid.to_string(), "65536"],
+        "uid_map in the pod"
+    );
+    let written = crictl(
+        &e,
+        &[
+            "exec",
+            &main,
+            "sh",
+            "-c",
+            "cat /scratch/uid; stat -c %u /scratch/uid",
+        ],
+    );
+    assert_eq!(written.split_whitespace().collect::<Vec<_>>(), ["0", "0"]);
 
     // shareProcessNamespace: the containers see each other's processes, and the one with
     // CAP_SYS_PTRACE reads nothing of the node through any process it sees (PID 1 is crust's

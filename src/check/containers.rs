@@ -100,6 +100,25 @@ pub fn mount_setattr() -> Finding {
     }
 }
 
+/// Pods with `hostUsers: false`: the same probe the daemon runs at start, under the root's
+/// writable layers (a root that does not exist yet is probed where it will be created).
+pub fn user_namespaces(root: &Path) -> Finding {
+    let Some(dir) = root.ancestors().find(|d| d.exists()) else {
+        return Finding::Fail(format!("{}: no part of it exists", root.display()));
+    };
+    let dir = if dir == root {
+        root.join("containers")
+    } else {
+        dir.to_owned()
+    };
+    match crate::container::probe_user_namespaces(&dir) {
+        Ok(works) => Finding::Ok(works),
+        Err(why) => Finding::Warn(format!(
+            "{why}: pods with user namespaces (hostUsers: false) are refused"
+        )),
+    }
+}
+
 pub fn pid_headroom() -> Finding {
     let read = |p: &str| {
         std::fs::read_to_string(p)

@@ -52,6 +52,7 @@ impl Containers {
         if !pod.phase.is_ready() {
             return Err(ContainerError::PodNotReady(pod.id.clone()));
         }
+        super::idmap::check(&spec, &pod)?;
         // Before anything is made: a device that cannot be given refuses the request whole.
         let cdi = self.resolve_cdi(&spec).await?;
         let id = crate::model::new_id();
@@ -197,7 +198,11 @@ impl Containers {
         let layout = rootfs::layout(&self.ctx, &record.id);
         let lowerdirs = image_use.lowerdirs.clone();
         let mount_layout = rootfs::layout(&self.ctx, &record.id);
-        blocking(move || rootfs::mount(&mount_layout, &lowerdirs))
+        let userns = super::idmap::PodUserns::open(pod)
+            .map_err(|e| ("open the pod's user namespace", e))?
+            .map(Arc::new);
+        let mount_userns = userns.clone();
+        blocking(move || rootfs::mount(&mount_layout, &lowerdirs, mount_userns.as_deref()))
             .await
             .map_err(|e| ("mount the root filesystem", e))?;
         crate::failpoint!("container.create.after_rootfs");
@@ -213,6 +218,16 @@ impl Containers {
             })
             .await
             .map_err(|e| ("mount the image volumes", e))?;
+        }
+        if let Some(userns) =
+            userns.filter(|_| record.spec.mounts.iter().any(|m| m.id_maps.is_some()))
+        {
+            let (layout, mut spec) = (rootfs::layout(&self.ctx, &record.id), record.spec.clone());
+            record.spec = blocking(move || {
+                super::idmap::map_mounts(&layout, &mut spec, &userns).map(|()| spec)
+            })
+            .await
+            .map_err(|e| ("id-map the mounts", e))?;
         }
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
         let (apparmor, security) = (self.ctx.apparmor.clone(), record.spec.security.clone());

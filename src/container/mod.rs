@@ -40,7 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use bundle::apparmor;
-use bundle::{host, poststop, prepare, rootfs, volumes};
+pub use bundle::idmap::probe as probe_user_namespaces;
+use bundle::{host, idmap, poststop, prepare, rootfs, volumes};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
 pub use io::interactive;
@@ -186,7 +187,7 @@ impl ContainerContext {
             state_dir: state.join("containers"),
             runtime_root: state.join("runtime"),
             layers_dir: root.join("containers"),
-            host: host::detect(cgroups.unified),
+            host: host::detect(cgroups.unified, &root.join("containers")),
             apparmor: apparmor::AppArmor::detect(state),
             cgroups,
             monitor_timeout: Duration::from_secs(30),

@@ -226,7 +226,12 @@ impl RuntimeService for RuntimeServer {
                     name,
                     features: Some(pb::RuntimeHandlerFeatures {
                         recursive_read_only_mounts: self.containers.context().host.mount_setattr,
-                        user_namespaces: false,
+                        user_namespaces: self
+                            .containers
+                            .context()
+                            .host
+                            .no_user_namespaces
+                            .is_none(),
                     }),
                 })
                 .collect(),

@@ -44,6 +44,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::NameTaken { .. } => Code::AlreadyExists,
         SandboxError::NotFound(_) => Code::NotFound,
         SandboxError::NetworkNotReady(_)
+        | SandboxError::HostLacks(_)
         | SandboxError::NotReady(_)
         | SandboxError::NotRunning(_) => Code::FailedPrecondition,
         // The kernel refused a value for this pod's cgroup (a memory limit under its usage, a

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Resources, SecurityContext};
+use super::{Resources, SecurityContext, UserNsRequest};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ContainerMetadata {
@@ -44,6 +44,10 @@ pub struct MountSpec {
     /// The directory of the image to mount, relative to its root; empty: all of it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image_sub_path: String,
+    /// An id-mapped mount through the pod's user namespace: these ranges, which must be the
+    /// pod's (`uid_mappings` / `gid_mappings`; kubelet sends them on every mount of such a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_maps: Option<UserNsRequest>,
 }
 
 /// A host device made available in the container.

@@ -15,7 +15,7 @@ pub use container::{
     ContainerMetadata, ContainerSpec, DeviceSpec, MountSpec, Propagation, ResolvedUser,
 };
 pub use id::new_id;
-pub use namespaces::NamespaceMode;
+pub use namespaces::{IdMaps, IdRange, NamespaceMode, UserNsRequest};
 pub use resources::{HugepageLimit, Resources};
 pub use security::{
     Capabilities, Profile, SecurityContext, SelinuxOptions, SupplementalGroupsPolicy,

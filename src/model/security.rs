@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::NamespaceMode;
+use super::{NamespaceMode, UserNsRequest};
 
 /// A seccomp or AppArmor profile choice (CRI `SecurityProfile`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +51,9 @@ pub struct SecurityContext {
     pub pid_mode: NamespaceMode,
     /// The container whose PID namespace a `Target` container joins.
     pub pid_target: String,
+    /// The user namespace the request states; it must be its pod's (`None`: not stated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userns: Option<UserNsRequest>,
     pub selinux: Option<SelinuxOptions>,
     pub run_as_user: Option<i64>,
     pub run_as_group: Option<i64>,

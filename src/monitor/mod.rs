@@ -50,11 +50,14 @@ pub struct NamespacePins {
     pub ipc: Option<PathBuf>,
     pub uts: Option<PathBuf>,
     pub pid: Option<PathBuf>,
+    /// The pod's user namespace (`hostUsers: false`), which owns the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<PathBuf>,
 }
 
 impl NamespacePins {
     pub fn all(&self) -> impl Iterator<Item = &Path> {
-        [&self.net, &self.ipc, &self.uts, &self.pid]
+        [&self.net, &self.ipc, &self.uts, &self.pid, &self.user]
             .into_iter()
             .flatten()
             .map(PathBuf::as_path)
@@ -71,6 +74,9 @@ pub struct MonitorConfig {
     pub hostname: Option<String>,
     /// `/proc/sys`-relative paths (`net/ipv4/ip_forward`) and values.
     pub sysctls: Vec<(String, String)>,
+    /// The pod's user namespace maps; `None`: the node's user namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_maps: Option<crate::model::IdMaps>,
 }
 
 impl Request {

@@ -44,20 +44,36 @@ static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pod-init"));
 /// What `ps` shows for the pod's PID 1 (the program sets the same as its thread name).
 const NAME: &CStr = c"crust-pod-init";
 
+/// Whose child the init is: the monitor's, started by the monitor itself or, in a pod with a
+/// user namespace, by the monitor's child that holds that namespace (only a process inside a
+/// user namespace can create a PID namespace it owns; see `process::user_namespaces`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    Caller,
+    CallersParent,
+}
+
 /// Forks and confines the pod's init; `scratch` is any existing directory of the node (it is
 /// only covered by the init's tmpfs root inside the init's own mount namespace). Returns the
 /// init's pid once it has exec'd its program.
-pub fn start(scratch: &Path) -> std::io::Result<Pid> {
+pub fn start(scratch: &Path, parent: Parent) -> std::io::Result<Pid> {
     // The parent-death signal only covers a monitor that dies after the child set it. The
     // usual check (getppid() changed) cannot work here: PID 1 of a new namespace always sees
     // 0. So the child looks at a pidfd of the monitor once the signal is armed.
-    let monitor = sys::pidfd_open(std::process::id() as i32)?;
+    let monitor = sys::pidfd_open(match parent {
+        Parent::Caller => std::process::id() as i32,
+        Parent::CallersParent => nix::unistd::getppid().as_raw(),
+    })?;
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    match sys::fork_single_threaded()? {
+    let forked = match parent {
+        Parent::Caller => sys::fork_single_threaded()?,
+        Parent::CallersParent => sys::fork_sibling_single_threaded()?,
+    };
+    match forked {
         ForkResult::Parent { child } => {
             drop(report_write);
             drop(monitor);
-            wait_for_exec(File::from(report_read), child)
+            wait_for_exec(File::from(report_read), child, parent)
         }
         ForkResult::Child => {
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -74,13 +90,16 @@ pub fn start(scratch: &Path) -> std::io::Result<Pid> {
 }
 
 /// Reads the child's report: nothing (EOF at its exec) means the program runs.
-fn wait_for_exec(mut report: File, child: Pid) -> std::io::Result<Pid> {
+fn wait_for_exec(mut report: File, child: Pid, parent: Parent) -> std::io::Result<Pid> {
     let mut error = String::new();
     report.read_to_string(&mut error)?;
     if error.is_empty() {
         return Ok(child);
     }
-    let _ = nix::sys::wait::waitpid(child, None);
+    // A sibling's child is its parent's to reap (the monitor reaps every child it has).
+    if parent == Parent::Caller {
+        let _ = nix::sys::wait::waitpid(child, None);
+    }
     Err(std::io::Error::other(error))
 }
 

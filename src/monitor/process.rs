@@ -105,6 +105,36 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
     let pins = &config.pins;
     // The monitor's own PID namespace, to return to once the pod's init exists (see below).
     let own_pid_ns = step("open own PID namespace", File::open("/proc/self/ns/pid"))?;
+    let init_pid = match &config.id_maps {
+        None => {
+            enter_pod_namespaces(config)?;
+            pin_pod_namespaces(config, "/proc/self/ns")?;
+            match &pins.pid {
+                Some(_) => Some(start_init(config, pod, &own_pid_ns)?),
+                None => None,
+            }
+        }
+        Some(maps) => user_namespaces(config, maps, pod)?,
+    };
+    let pid = std::process::id() as i32;
+    let start_time = super::process_start_time(pid).ok_or(("read start time", String::new()))?;
+    let identity = Identity {
+        pid,
+        start_time,
+        init_pid,
+    };
+    let record = serde_json::to_vec(&identity).unwrap_or_default();
+    step(
+        "write pid file",
+        crate::store::write_atomic(&config.dir.join(PIDFILE), &record),
+    )?;
+    Ok(identity)
+}
+
+/// The pod's network, IPC, UTS and PID namespaces (those it does not share with the node),
+/// entered by the calling process, with the hostname, `lo` and the sysctls set in them.
+fn enter_pod_namespaces(config: &MonitorConfig) -> Result<(), StepError> {
+    let pins = &config.pins;
     let mut flags = CloneFlags::empty();
     for (pin, flag) in [
         (&pins.net, CloneFlags::CLONE_NEWNET),
@@ -127,44 +157,98 @@ fn setup(config: &MonitorConfig, pod: &mut Pod) -> Result<Identity, StepError> {
         let path = Path::new("/proc/sys").join(key);
         std::fs::write(&path, value).map_err(|e| ("set sysctls", format!("{key}={value}: {e}")))?;
     }
+    Ok(())
+}
+
+/// Pins the network, IPC and UTS namespaces found under `ns_dir` (`/proc/<pid>/ns`).
+fn pin_pod_namespaces(config: &MonitorConfig, ns_dir: &str) -> Result<(), StepError> {
+    let pins = &config.pins;
     for (pin, kind) in [(&pins.net, "net"), (&pins.ipc, "ipc"), (&pins.uts, "uts")] {
         if let Some(pin) = pin {
             step(
                 "pin namespaces",
-                pin_namespace(&format!("/proc/self/ns/{kind}"), pin),
+                pin_namespace(&format!("{ns_dir}/{kind}"), pin),
             )?;
         }
     }
-    let mut init_pid = None;
-    if let Some(pin) = &pins.pid {
-        let init = step("start pod init", super::pod_init::start(&config.dir))?;
-        pod.init = Some(init);
-        init_pid = Some(init.as_raw());
-        step(
-            "pin namespaces",
-            pin_namespace(&format!("/proc/{init}/ns/pid"), pin),
-        )?;
-        // Later children (runtime workers, and through them containers) are created in the
-        // monitor's own namespace again: a worker must see pids as the monitor does, and
-        // libcontainer joins the pod's namespace itself, through its pin.
-        step(
-            "return to own PID namespace",
-            nix::sched::setns(&own_pid_ns, CloneFlags::CLONE_NEWPID),
-        )?;
-    }
-    let pid = std::process::id() as i32;
-    let start_time = super::process_start_time(pid).ok_or(("read start time", String::new()))?;
-    let identity = Identity {
-        pid,
-        start_time,
-        init_pid,
-    };
-    let record = serde_json::to_vec(&identity).unwrap_or_default();
-    step(
-        "write pid file",
-        crate::store::write_atomic(&config.dir.join(PIDFILE), &record),
+    Ok(())
+}
+
+/// Starts the pod's init as PID 1 of the PID namespace the monitor unshared, pins that
+/// namespace, and returns the monitor to its own.
+fn start_init(config: &MonitorConfig, pod: &mut Pod, own_pid_ns: &File) -> Result<i32, StepError> {
+    let init = step(
+        "start pod init",
+        super::pod_init::start(&config.dir, super::pod_init::Parent::Caller),
     )?;
-    Ok(identity)
+    pod.init = Some(init);
+    pin_init_pid_ns(config, init)?;
+    // Later children (runtime workers, and through them containers) are created in the
+    // monitor's own namespace again: a worker must see pids as the monitor does, and
+    // libcontainer joins the pod's namespace itself, through its pin.
+    step(
+        "return to own PID namespace",
+        nix::sched::setns(own_pid_ns, CloneFlags::CLONE_NEWPID),
+    )?;
+    Ok(init.as_raw())
+}
+
+fn pin_init_pid_ns(config: &MonitorConfig, init: Pid) -> Result<(), StepError> {
+    let pin = config.pins.pid.as_ref();
+    let pin = pin.ok_or(("pin namespaces", "no pin for the PID namespace".to_owned()))?;
+    step(
+        "pin namespaces",
+        pin_namespace(&format!("/proc/{init}/ns/pid"), pin),
+    )
+}
+
+/// A pod with a user namespace: a child (the holder) enters a new user namespace that the
+/// monitor maps, then creates the pod's other namespaces there, so that the pod's root owns
+/// them (net sysctls, sysfs and a proc of its own need that). A PID namespace has no handle
+/// until its first process exists (`/proc/<pid>/ns/pid_for_children` says ENOENT till then),
+/// and only a process of the user namespace can create one it owns: so the holder starts the
+/// pod's init too, as the monitor's child (CLONE_PARENT), which the monitor reaps and whose
+/// parent-death signal follows the monitor. The monitor stays on the node, pins the holder's
+/// namespaces and lets it go; returns the init's pid, if the pod has a PID namespace.
+fn user_namespaces(
+    config: &MonitorConfig,
+    maps: &crate::model::IdMaps,
+    pod: &mut Pod,
+) -> Result<Option<i32>, StepError> {
+    let pin = config
+        .pins
+        .user
+        .as_ref()
+        .ok_or(("pin namespaces", "no pin for the user namespace".to_owned()))?;
+    // The monitor is single-threaded: the holder may allocate.
+    let work = || -> Result<Vec<u8>, String> {
+        enter_pod_namespaces(config).map_err(|(step, e)| format!("{step}: {e}"))?;
+        if config.pins.pid.is_none() {
+            return Ok(Vec::new());
+        }
+        let init = super::pod_init::start(&config.dir, super::pod_init::Parent::CallersParent)
+            .map_err(|e| format!("start pod init: {e}"))?;
+        Ok(init.as_raw().to_string().into_bytes())
+    };
+    let holder = step(
+        "create the pod's user namespace",
+        sys::userns::UserNsChild::spawn(maps, work),
+    )?;
+    let init = match std::str::from_utf8(holder.answer()).map(str::parse::<i32>) {
+        Ok(Ok(pid)) => Some(Pid::from_raw(pid)),
+        _ => None,
+    };
+    pod.init = init;
+    step(
+        "pin namespaces",
+        pin_namespace(&holder.ns_path("user"), pin),
+    )?;
+    pin_pod_namespaces(config, &format!("/proc/{}/ns", holder.pid()))?;
+    if let Some(init) = init {
+        pin_init_pid_ns(config, init)?;
+    }
+    holder.finish();
+    Ok(init.map(Pid::as_raw))
 }
 
 fn pin_namespace(source: &str, pin: &Path) -> std::io::Result<()> {

@@ -89,6 +89,8 @@ pub struct PodView {
     pub sysctls: BTreeMap<String, String>,
     /// For a `Target` PID mode container: `/proc/<pid>/ns/pid` of the target's process.
     pub target_pid_ns: Option<PathBuf>,
+    /// The pod's user namespace pin and its maps, when it has one of its own.
+    pub user_ns: Option<(PathBuf, crate::model::IdMaps)>,
 }
 
 /// A host device node resolved for the container (from a request device, or from the host's
@@ -117,6 +119,9 @@ pub struct HostFeatures {
     pub selinux_enabled: bool,
     /// The kernel has mount_setattr (recursive read-only mounts).
     pub mount_setattr: bool,
+    /// Why pods cannot have user namespaces here (the probe's first failed step); `None`:
+    /// they can.
+    pub no_user_namespaces: Option<String>,
     /// The lowest oom_score_adj crust itself may give a process (crust without
     /// CAP_SYS_RESOURCE cannot go below its own value).
     pub min_oom_score_adj: i64,
@@ -180,6 +185,17 @@ pub struct SpecInput<'a> {
     pub host: &'a HostFeatures,
 }
 
+/// A range as the spec carries it (libcontainer joins the pod's namespace and writes none:
+/// the maps say what the container's ids are on the node).
+fn id_mapping(r: crate::model::IdRange) -> oci_spec::runtime::LinuxIdMapping {
+    oci_spec::runtime::LinuxIdMappingBuilder::default()
+        .container_id(r.container)
+        .host_id(r.host)
+        .size(r.size)
+        .build()
+        .unwrap_or_default()
+}
+
 /// Builds the OCI runtime spec for a container.
 pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let sc = &input.spec.security;
@@ -219,8 +235,20 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .set_rootfs_propagation(Some(mounts.rootfs_propagation))
         .set_mount_label(security.mount_label)
         .set_sysctl(None)
-        .set_uid_mappings(None)
-        .set_gid_mappings(None);
+        .set_uid_mappings(
+            input
+                .pod
+                .user_ns
+                .as_ref()
+                .map(|(_, m)| vec![id_mapping(m.uid)]),
+        )
+        .set_gid_mappings(
+            input
+                .pod
+                .user_ns
+                .as_ref()
+                .map(|(_, m)| vec![id_mapping(m.gid)]),
+        );
     let mut root = Root::default();
     root.set_path(input.rootfs.to_path_buf())
         .set_readonly(Some(sc.readonly_rootfs));

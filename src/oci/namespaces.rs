@@ -3,7 +3,8 @@
 //! mount namespace, and a PID namespace chosen by its `pid_mode`: its own (`Container`, the
 //! default), the pod's shared one (`Pod`), the host's (`Node`) or another container's
 //! (`Target`). It gets its own cgroup namespace on cgroup v2, like containerd (on v1 a cgroup
-//! namespace would hide the controllers' real paths), and never a user namespace.
+//! namespace would hide the controllers' real paths), and its pod's user namespace when the
+//! pod has one (`hostUsers: false`), never one of its own.
 //!
 //! No hostname is ever set in the spec: the pod's UTS namespace already carries it, and
 //! libcontainer refuses a hostname without a UTS namespace of the container's own.
@@ -22,7 +23,11 @@ pub(crate) fn namespaces(
     pod: &PodView,
     cgroup_v2: bool,
 ) -> Result<Vec<LinuxNamespace>, SpecError> {
-    let mut out = Vec::with_capacity(6);
+    let mut out = Vec::with_capacity(7);
+    // The user namespace first: the pod's others are owned by it.
+    if let Some((pin, _)) = &pod.user_ns {
+        out.push(join(LinuxNamespaceType::User, pin));
+    }
     match pid_mode {
         NamespaceMode::Container => out.push(new(LinuxNamespaceType::Pid)),
         NamespaceMode::Node => {}

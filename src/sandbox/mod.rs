@@ -61,6 +61,10 @@ pub enum SandboxError {
     UnknownHandler { handler: String, known: Vec<String> },
     #[error("pod network is not ready: {0}")]
     NetworkNotReady(String),
+    /// The pod asks for something this node cannot give (a user namespace where crust's probe
+    /// at start failed).
+    #[error("{0}")]
+    HostLacks(String),
     #[error("pod sandbox {0} is not ready: it has no running processes to measure")]
     NotReady(String),
     #[error("pod sandbox {0} is not ready: its resources cannot change")]

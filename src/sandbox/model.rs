@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::NamespaceMode;
+use crate::model::{IdMaps, NamespaceMode, UserNsRequest};
 use crate::monitor::{Identity, NamespacePins};
 use crate::network::{Attachment, CniResult, NetworkList};
 
@@ -77,10 +77,18 @@ pub struct SandboxSpec {
     pub annotations: BTreeMap<String, String>,
     pub cgroup_parent: String,
     pub namespaces: NamespaceModes,
-    /// Requested user namespace support (not available yet; refused at validation).
-    pub user_namespace: bool,
+    /// The user namespace asked for (`None`: not stated, the node's).
+    #[serde(default)]
+    pub userns: Option<UserNsRequest>,
     pub sysctls: BTreeMap<String, String>,
     pub runtime_handler: String,
+}
+
+impl SandboxSpec {
+    /// The pod's user namespace maps, when it has a user namespace of its own.
+    pub fn id_maps(&self) -> Option<IdMaps> {
+        self.userns.as_ref().and_then(UserNsRequest::id_maps)
+    }
 }
 
 /// Where a sandbox is in its life.

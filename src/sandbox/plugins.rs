@@ -11,6 +11,7 @@ pub fn pod_info(record: &SandboxRecord) -> PodInfo {
         ("ipc", &pins.ipc),
         ("uts", &pins.uts),
         ("pid", &pins.pid),
+        ("user", &pins.user),
     ]
     .into_iter()
     .filter_map(|(kind, pin)| {

@@ -158,6 +158,7 @@ impl SandboxRecord {
                 ipc: pin("ipc"),
                 uts: pin("uts"),
                 pid: pin("pid"),
+                user: pin("user"),
             },
             cgroup: String::new(),
             network: None,

@@ -193,6 +193,7 @@ fn plan(
         ipc: pin("ipc", ns.ipc != NamespaceMode::Node),
         uts: pin("uts", !ns.host_network()),
         pid: pin("pid", ns.pid == NamespaceMode::Pod),
+        user: pin("user", spec.id_maps().is_some()),
     };
     let network = match &pins.net {
         None => None,
@@ -276,6 +277,11 @@ fn prepare(record: &SandboxRecord, hostname: &str) -> Result<(), StepError> {
     if record.pins.ipc.is_some() {
         files::mount_shm(dir).map_err(|e| ("mount the pod's /dev/shm", RunFailure::io(dir)(e)))?;
     }
+    if let Some(maps) = record.spec.id_maps() {
+        let (uid, gid) = maps.root();
+        files::give_to_pod_root(dir, uid, gid)
+            .map_err(|e| ("give the pod's files to its root", RunFailure::io(dir)(e)))?;
+    }
     Ok(())
 }
 
@@ -291,6 +297,15 @@ fn pod_sysctls(spec: &SandboxSpec, defaults: PodSysctlDefaults) -> BTreeMap<Stri
         ];
         for (key, value) in wanted.into_iter().filter_map(|(on, kv)| on.then_some(kv)) {
             sysctls.entry(key.into()).or_insert_with(|| value.into());
+        }
+        // In a user namespace the kernel takes only groups the namespace maps.
+        if let (Some(maps), true) = (spec.id_maps(), defaults.unprivileged_icmp) {
+            let range = format!("0 {}", maps.gid.size - 1);
+            sysctls.entry(UNPRIVILEGED_ICMP.0.into()).and_modify(|v| {
+                if v == UNPRIVILEGED_ICMP.1 {
+                    v.clone_from(&range)
+                }
+            });
         }
     }
     sysctls
@@ -313,6 +328,7 @@ async fn bring_up(
             .iter()
             .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
             .collect(),
+        id_maps: record.spec.id_maps(),
     };
     let started = Timed::start("monitor ready");
     let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)

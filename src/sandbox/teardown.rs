@@ -46,7 +46,10 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
         errors.push(format!("unmount the pod's /dev/shm: {e}"));
     }
     let pins = &record.pins;
-    for pin in [&pins.ipc, &pins.uts, &pins.pid].into_iter().flatten() {
+    for pin in [&pins.ipc, &pins.uts, &pins.pid, &pins.user]
+        .into_iter()
+        .flatten()
+    {
         if let Err(e) = unpin(pin) {
             errors.push(format!("remove namespace pin {}: {e}", pin.display()));
         }

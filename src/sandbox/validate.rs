@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use super::model::SandboxSpec;
-use crate::model::NamespaceMode;
+use crate::model::{NamespaceMode, UserNsRequest};
 
 /// Longest name, uid or namespace accepted (a Kubernetes DNS subdomain's limit).
 pub const MAX_NAME_LEN: usize = 253;
@@ -128,10 +128,55 @@ fn namespaces(spec: &SandboxSpec) -> Result<(), String> {
     if ns.pid == NamespaceMode::Target {
         return Err("namespace_options.pid TARGET applies to containers, not pods".into());
     }
-    if spec.user_namespace {
-        return Err(
-            "namespace_options.userns_options: user namespaces are not supported yet".into(),
-        );
+    if let Some(userns) = &spec.userns {
+        user_namespace(spec, userns)?;
+    }
+    Ok(())
+}
+
+/// A pod's user namespace: NODE takes no ranges; POD takes one uid and one gid range, from
+/// container id 0, that fit in 32 bits, and its own network, IPC and PID (a namespace of the
+/// node is owned by the node's user namespace: the pod's root would not own it).
+fn user_namespace(spec: &SandboxSpec, u: &UserNsRequest) -> Result<(), String> {
+    const FIELD: &str = "namespace_options.userns_options";
+    match u.mode {
+        NamespaceMode::Node if u.uids.is_empty() && u.gids.is_empty() => return Ok(()),
+        NamespaceMode::Node => return Err(format!("{FIELD}: mode NODE takes no uids or gids")),
+        NamespaceMode::Container | NamespaceMode::Target => {
+            return Err(format!(
+                "{FIELD}: mode {:?} is not supported; a pod's user namespace is POD or NODE",
+                u.mode
+            ));
+        }
+        NamespaceMode::Pod => {}
+    }
+    for (kind, list) in [("uids", &u.uids), ("gids", &u.gids)] {
+        let [range] = list.as_slice() else {
+            return Err(format!(
+                "{FIELD}.{kind}: mode POD needs exactly one mapping, got {}",
+                list.len()
+            ));
+        };
+        if range.container != 0 {
+            return Err(format!(
+                "{FIELD}.{kind}: the mapping must start at container id 0, not {}",
+                range.container
+            ));
+        }
+        if range.size == 0 || range.host.checked_add(range.size).is_none() {
+            return Err(format!(
+                "{FIELD}.{kind}: length {} from host id {} is empty or past 2^32",
+                range.size, range.host
+            ));
+        }
+    }
+    let ns = &spec.namespaces;
+    for (kind, mode) in [("network", ns.network), ("pid", ns.pid), ("ipc", ns.ipc)] {
+        if mode == NamespaceMode::Node {
+            return Err(format!(
+                "{FIELD}: a pod in a user namespace cannot use the node's {kind} namespace"
+            ));
+        }
     }
     Ok(())
 }
@@ -293,6 +338,51 @@ mod tests {
             .contains("not an IP")
         );
         assert!(err(|s| s.namespaces.network = NamespaceMode::Target).contains("network"));
-        assert!(err(|s| s.user_namespace = true).contains("user namespaces"));
+    }
+
+    #[test]
+    fn user_namespaces() {
+        use crate::model::IdRange;
+        let range = |container, host, size| IdRange {
+            container,
+            host,
+            size,
+        };
+        let pod = |uids: Vec<IdRange>, gids: Vec<IdRange>| UserNsRequest {
+            mode: NamespaceMode::Pod,
+            uids,
+            gids,
+        };
+        let one = || vec![range(0, 1000, 100000)];
+        let with = |u: UserNsRequest| move |s: &mut SandboxSpec| s.userns = Some(u);
+        let mut ok = good();
+        ok.userns = Some(pod(one(), one()));
+        spec(&ok).unwrap();
+        ok.userns = Some(UserNsRequest::default());
+        ok.userns.as_mut().unwrap().mode = NamespaceMode::Node;
+        spec(&ok).unwrap();
+        let two = vec![range(0, 1000, 100000), range(0, 2000, 100000)];
+        assert!(err(with(pod(two.clone(), two))).contains("exactly one mapping, got 2"));
+        assert!(err(with(pod(vec![range(1, 1000, 10)], one()))).contains("container id 0, not 1"));
+        assert!(err(with(pod(one(), vec![range(0, 1000, 0)]))).contains("gids: length 0"));
+        assert!(err(with(pod(one(), vec![range(0, u32::MAX, 2)]))).contains("past 2^32"));
+        for mode in [NamespaceMode::Container, NamespaceMode::Target] {
+            let u = UserNsRequest {
+                mode,
+                ..Default::default()
+            };
+            assert!(err(with(u)).contains("is not supported"));
+        }
+        let node_with_ranges = UserNsRequest {
+            mode: NamespaceMode::Node,
+            uids: one(),
+            gids: vec![],
+        };
+        assert!(err(with(node_with_ranges)).contains("NODE takes no uids"));
+        let host_pid = |s: &mut SandboxSpec| {
+            s.userns = Some(pod(one(), one()));
+            s.namespaces.pid = NamespaceMode::Node;
+        };
+        assert!(err(host_pid).contains("node's pid namespace"));
     }
 }

@@ -9,6 +9,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub use nix::unistd::ForkResult;
 
+pub mod userns;
+
 /// Opens a pidfd for `pid`: a handle that keeps naming this process even after the pid is reused,
 /// and becomes readable when the process exits.
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
@@ -131,6 +133,35 @@ pub fn release_free_heap() {
 pub fn fork_single_threaded() -> nix::Result<ForkResult> {
     // SAFETY: see the function contract: the only callers run in single-threaded processes.
     unsafe { nix::unistd::fork() }
+}
+
+/// Forks the calling process into a sibling: the child's parent is the caller's parent
+/// (CLONE_PARENT), which reaps it and receives its SIGCHLD. For a child that must be created
+/// by the caller (in the caller's namespaces) but belong to the caller's parent.
+///
+/// Callers must be single-threaded, as for [`fork_single_threaded`].
+pub fn fork_sibling_single_threaded() -> nix::Result<ForkResult> {
+    // SAFETY: clone without a new stack behaves as fork (the child returns here on a copy of
+    // the caller's stack); the caller is single-threaded, so no lock is held by a thread the
+    // child lacks. The raw syscall skips libc's fork handlers, which a single-threaded
+    // process without them does not need.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_PARENT as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match rc {
+        -1 => Err(nix::errno::Errno::last()),
+        0 => Ok(ForkResult::Child),
+        pid => Ok(ForkResult::Parent {
+            child: nix::unistd::Pid::from_raw(pid as i32),
+        }),
+    }
 }
 
 /// In a freshly forked child that will run no more of the parent's code: points stdin and

@@ -4,6 +4,7 @@
 pub mod containerd_peer;
 pub mod crash;
 pub mod daemon;
+pub mod forward;
 pub mod kubelet;
 pub mod oci_build;
 pub mod registry;

@@ -144,6 +144,7 @@ fn pod_view(pod: &SandboxRecord, target_pid_ns: Option<PathBuf>) -> PodView {
         host_network: pod.spec.namespaces.network == NamespaceMode::Node,
         sysctls: pod.spec.sysctls.clone(),
         target_pid_ns,
+        user_ns: pod.pins.user.clone().zip(pod.spec.id_maps()),
     }
 }
 

@@ -8,6 +8,7 @@ use crate::durable::umount2;
 use nix::errno::Errno;
 use nix::mount::MntFlags;
 
+use crate::container::idmap::{self, PodUserns};
 use crate::container::{ContainerContext, ContainerError};
 use crate::snapshot::{Upper, mount_overlay};
 
@@ -28,8 +29,13 @@ pub fn layout(ctx: &ContainerContext, id: &str) -> Layout {
     }
 }
 
-/// Creates the writable layer and mounts the root filesystem.
-pub fn mount(layout: &Layout, lowerdirs: &[PathBuf]) -> Result<(), ContainerError> {
+/// Creates the writable layer and mounts the root filesystem; in a pod with a user namespace
+/// over id-mapped layers, with the writable layer the pod root's (see `idmap`).
+pub fn mount(
+    layout: &Layout,
+    lowerdirs: &[PathBuf],
+    userns: Option<&PodUserns>,
+) -> Result<(), ContainerError> {
     for d in [&layout.upper, &layout.work, &layout.rootfs] {
         crate::durable::create_dir_all(d).map_err(|source| ContainerError::Io {
             what: "creating",
@@ -41,8 +47,19 @@ pub fn mount(layout: &Layout, lowerdirs: &[PathBuf]) -> Result<(), ContainerErro
         upper: &layout.upper,
         work: &layout.work,
     };
-    mount_overlay(lowerdirs, Some(upper), &layout.rootfs)?;
-    Ok(())
+    let Some(userns) = userns else {
+        mount_overlay(lowerdirs, Some(upper), &layout.rootfs)?;
+        return Ok(());
+    };
+    idmap::own_upper(layout, userns)?;
+    let mapped = idmap::map_layers(layout, lowerdirs, userns);
+    let mounted = match &mapped {
+        Ok(mapped) => mount_overlay(mapped, Some(upper), &layout.rootfs).map_err(Into::into),
+        Err(_) => Ok(()),
+    };
+    // Attached or not, the copies go: the overlay holds its own references to them.
+    idmap::detach_layers(&idmap::layer_dirs(layout, lowerdirs.len()));
+    mapped.and(mounted)
 }
 
 /// Unmounts the root filesystem (and image volumes) and deletes the writable layer; what is

@@ -72,6 +72,13 @@ impl Containers {
         self: &Arc<Self>,
         spec: SandboxSpec,
     ) -> Result<String, crate::sandbox::SandboxError> {
+        // Status told kubelet so already; a client that did not ask learns why here.
+        if let (Some(_), Some(why)) = (spec.id_maps(), &self.ctx.host.no_user_namespaces) {
+            return Err(crate::sandbox::SandboxError::HostLacks(format!(
+                "namespace_options.userns_options: pods with user namespaces cannot run on this \
+                 node: {why}"
+            )));
+        }
         let id = self.sandboxes.run(spec).await?;
         self.publish(&id, EventKind::Created, &id);
         self.publish(&id, EventKind::Started, &id);

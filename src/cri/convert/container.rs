@@ -80,12 +80,13 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
             m.container_path
         )));
     }
-    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
-        return Err(invalid(format!(
-            "mount {}: id-mapped mounts need user namespaces, which crust does not support yet",
-            m.container_path
-        )));
-    }
+    let id_maps = (!m.uid_mappings.is_empty() || !m.gid_mappings.is_empty()).then(|| {
+        super::sandbox::userns(pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            uids: m.uid_mappings,
+            gids: m.gid_mappings,
+        })
+    });
     let propagation = match pb::MountPropagation::try_from(m.propagation) {
         Ok(pb::MountPropagation::PropagationPrivate) => Propagation::Private,
         Ok(pb::MountPropagation::PropagationHostToContainer) => Propagation::HostToContainer,
@@ -106,6 +107,7 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
         propagation,
         image,
         image_sub_path: m.image_sub_path,
+        id_maps: id_maps.transpose()?,
     })
 }
 
@@ -175,6 +177,7 @@ fn security(s: pb::LinuxContainerSecurityContext) -> Result<SecurityContext, Sta
         privileged: s.privileged,
         pid_mode: pid_mode(ns.pid)?,
         pid_target: ns.target_id,
+        userns: ns.userns_options.map(super::sandbox::userns).transpose()?,
         selinux: s.selinux_options.map(|o| SelinuxOptions {
             user: o.user,
             role: o.role,

@@ -5,7 +5,7 @@ use tonic::Status;
 
 use crate::cri::pb;
 use crate::cri::status::invalid;
-use crate::model::NamespaceMode;
+use crate::model::{IdRange, NamespaceMode, UserNsRequest};
 use crate::sandbox::{
     DnsConfig, NamespaceModes, PodMetadata, PortMapping, Protocol, SandboxSpec, SandboxView,
 };
@@ -59,11 +59,27 @@ pub fn sandbox_spec(
             pid: mode("pid", ns.pid)?,
             ipc: mode("ipc", ns.ipc)?,
         },
-        user_namespace: ns
-            .userns_options
-            .is_some_and(|u| u.mode == pb::NamespaceMode::Pod as i32),
+        userns: ns.userns_options.map(userns).transpose()?,
         sysctls: linux.sysctls.into_iter().collect(),
         runtime_handler: handler,
+    })
+}
+
+/// A CRI `UserNamespace` as the domain's request; its rules are the sandbox's to check.
+pub(crate) fn userns(u: pb::UserNamespace) -> Result<UserNsRequest, Status> {
+    let ranges = |list: Vec<pb::IdMapping>| -> Vec<IdRange> {
+        list.into_iter()
+            .map(|m| IdRange {
+                container: m.container_id,
+                host: m.host_id,
+                size: m.length,
+            })
+            .collect()
+    };
+    Ok(UserNsRequest {
+        mode: mode("userns_options", u.mode)?,
+        uids: ranges(u.uids),
+        gids: ranges(u.gids),
     })
 }
 

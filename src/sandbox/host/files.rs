@@ -54,6 +54,18 @@ pub fn mount_shm(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Gives the pod's files and its `/dev/shm` to the root of its user namespace (`uid`, `gid`
+/// on the host), so that root in the pod may change them as it may elsewhere.
+pub fn give_to_pod_root(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    for name in [RESOLV_CONF, HOSTNAME, HOSTS, SHM] {
+        match std::os::unix::fs::chown(dir.join(name), Some(uid), Some(gid)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Unmounts the pod's /dev/shm; one that is not mounted is fine.
 pub fn unmount_shm(dir: &Path) -> std::io::Result<()> {
     use nix::errno::Errno;
