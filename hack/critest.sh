@@ -88,6 +88,9 @@ fi
 
 # --- a crust of our own
 work=$(mktemp -d "${TMPDIR:-/tmp}/crust-critest.XXXXXX")
+# Searchable by others, as a node's /var/lib and /run are: the processes of a pod with a user
+# namespace are nobody on the node and pass through it to their files (crust's probe says so).
+chmod 0711 "$work"
 sock=$work/crust.sock
 # A bridge and subnet of this run's own, so runs from two work trees at once do not collide.
 for _ in 1 2 3 4 5 6 7 8; do

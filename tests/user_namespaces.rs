@@ -479,3 +479,34 @@ async fn requests_that_break_a_user_namespace_are_refused() {
     remove_pod(&mut e.c, &pod.0).await;
     e.d.assert_clean();
 }
+
+#[tokio::test]
+async fn a_node_that_cannot_give_user_namespaces_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    // The daemon's directories under one that only its owner may pass through: the pod's root,
+    // nobody on the node, could not reach its container's files.
+    let mut e = Env::start_with(|d| {
+        std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o700)).unwrap()
+    })
+    .await;
+    let status =
+        e.c.status(pb::StatusRequest { verbose: false })
+            .await
+            .unwrap()
+            .into_inner();
+    for h in &status.runtime_handlers {
+        assert!(!h.features.unwrap().user_namespaces, "handler {:?}", h.name);
+    }
+    let config = userns_pod_config(&e, "refused");
+    let err = e.c.run_pod_sandbox(run_request(config)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let dir = e.d.dir.display().to_string();
+    for part in ["userns_options", &dir, "mode 700"] {
+        assert!(err.message().contains(part), "{part:?} in {err:?}");
+    }
+    // Pods in the node's user namespace run as before.
+    let pod = e.pod("plain").await;
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    e.d.assert_clean();
+}

@@ -101,8 +101,9 @@ pub fn mount_setattr() -> Finding {
 }
 
 /// Pods with `hostUsers: false`: the same probe the daemon runs at start, under the root's
-/// writable layers (a root that does not exist yet is probed where it will be created).
-pub fn user_namespaces(root: &Path) -> Finding {
+/// writable layers (a root that does not exist yet is probed where it will be created), and
+/// the state directory's way.
+pub fn user_namespaces(root: &Path, state: &Path) -> Finding {
     let Some(dir) = root.ancestors().find(|d| d.exists()) else {
         return Finding::Fail(format!("{}: no part of it exists", root.display()));
     };
@@ -111,7 +112,7 @@ pub fn user_namespaces(root: &Path) -> Finding {
     } else {
         dir.to_owned()
     };
-    match crate::container::probe_user_namespaces(&dir) {
+    match crate::container::probe_user_namespaces(&dir, state) {
         Ok(works) => Finding::Ok(works),
         Err(why) => Finding::Warn(format!(
             "{why}: pods with user namespaces (hostUsers: false) are refused"

@@ -38,7 +38,10 @@ pub fn run(config: &Config) -> Vec<String> {
         ("seccomp", containers::seccomp()),
         ("apparmor", containers::apparmor(&config.state)),
         ("mounts", containers::mount_setattr()),
-        ("userns", containers::user_namespaces(&config.root)),
+        (
+            "userns",
+            containers::user_namespaces(&config.root, &config.state),
+        ),
         ("pids", containers::pid_headroom()),
         ("cni", cni(config).into()),
         ("cdi", devices::cdi(&config.cdi_spec_dirs)),

@@ -187,7 +187,7 @@ impl ContainerContext {
             state_dir: state.join("containers"),
             runtime_root: state.join("runtime"),
             layers_dir: root.join("containers"),
-            host: host::detect(cgroups.unified, &root.join("containers")),
+            host: host::detect(cgroups.unified, &root.join("containers"), state),
             apparmor: apparmor::AppArmor::detect(state),
             cgroups,
             monitor_timeout: Duration::from_secs(30),

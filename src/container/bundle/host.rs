@@ -9,8 +9,8 @@ use crate::oci::{HostFeatures, HostPropagation};
 /// CAP_SYS_RESOURCE: lowering oom_score_adj below one's own needs it.
 const CAP_SYS_RESOURCE: u32 = 24;
 
-pub fn detect(cgroup_v2: bool, layers_dir: &Path) -> HostFeatures {
-    let no_user_namespaces = super::idmap::probe(layers_dir).err();
+pub fn detect(cgroup_v2: bool, layers_dir: &Path, state_dir: &Path) -> HostFeatures {
+    let no_user_namespaces = super::idmap::probe(layers_dir, state_dir).err();
     if let Some(why) = &no_user_namespaces {
         tracing::warn!(reason = %why, "pods with user namespaces (hostUsers: false) are refused");
     }

@@ -188,9 +188,15 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Contain
 
 /// What the pods' user namespaces need, tried for real under `layers_dir` (where writable
 /// layers live, beside the image's layers): a user namespace with a map, an id-mapped copy of
-/// a directory there, and an overlay over such a copy. `Ok` says what works; `Err`, the first
-/// step that failed. Blocking: forks a short-lived child.
-pub fn probe(layers_dir: &Path) -> Result<String, String> {
+/// a directory there, and an overlay over such a copy; and that a pod's root, nobody on the
+/// node, may pass through the directories above the layers and `state_dir` (a container's
+/// process in the pod's namespace mounts its root filesystem and the pod's files from there).
+/// `Ok` says what works; `Err`, the first step that failed. Blocking: forks a short-lived
+/// child.
+pub fn probe(layers_dir: &Path, state_dir: &Path) -> Result<String, String> {
+    for dir in [layers_dir, state_dir] {
+        passable(dir)?;
+    }
     let range = crate::model::IdRange {
         container: 0,
         host: 1 << 16,
@@ -217,6 +223,27 @@ pub fn probe(layers_dir: &Path) -> Result<String, String> {
             layers_dir.display()
         )
     })
+}
+
+/// Every existing directory from `/` to `dir` lets others search it (the execute bit for
+/// others, as containerd's 0711 root): a pod's root is neither their owner nor in their group.
+fn passable(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in dir.ancestors().filter(|d| d.exists()) {
+        let mode = std::fs::metadata(d)
+            .map_err(|e| format!("cannot read {}: {e}", d.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "{} is mode {:o}: a pod's root, nobody on the node, cannot pass through it to \
+                 its container's files (make it searchable by others, e.g. 0711)",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn probe_mounts(scratch: &Path, userns: &PodUserns) -> Result<(), String> {
