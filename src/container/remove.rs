@@ -96,8 +96,11 @@ impl Containers {
     }
 
     async fn reclaim(&self, record: &ContainerRecord) {
-        let _paused = crate::failpoint_pause!("container.reclaim.started");
-        let released = teardown::release(self, record).await;
+        let released = {
+            // A test holding the reclaim here learns it ended before any waiter does.
+            let _paused = crate::failpoint_pause!("container.reclaim.started");
+            teardown::release(self, record).await
+        };
         if let Err(e) = &released {
             tracing::error!(error = %e, "reclaiming a removed container; kept for a retry");
             let why = format!("reclaiming this removed container failed: {e}\n");
