@@ -42,6 +42,8 @@ pub const NAMES: &[&str] = &[
     "container.start.after_start",
     "container.start.after_record",
     "container.remove.after_stop",
+    "container.remove.after_tombstone",
+    "container.reclaim.started",
     "container.teardown.after_forget",
     "container.teardown.after_cgroup",
     "container.teardown.after_rootfs",

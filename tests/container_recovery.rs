@@ -299,6 +299,7 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     );
     nix::mount::umount2(&blocker, nix::mount::MntFlags::MNT_DETACH).unwrap();
     e.remove(&listed[0].id).await;
+    e.wait_reclaimed(&listed[0].id).await;
     assert!(
         e.container_leftovers().is_empty(),
         "{:?}",
@@ -317,6 +318,167 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     );
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
+    e.d.assert_clean();
+}
+
+/// RemoveContainer returns before the reclaim of what the container held (held open here by
+/// a pausing failpoint): the container is gone for clients at once, while its mount, writable
+/// layer, cgroup and image hold stay until the reclaim ends. Its image may be removed
+/// meanwhile, but the layers its overlay reads from stay until the overlay is unmounted; and
+/// RemovePodSandbox waits for the reclaim, so a removed pod leaves nothing behind.
+// Multi-threaded: the test waits on files with blocking sleeps while its RemovePodSandbox runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removal_returns_before_its_reclaim_which_the_pods_removal_waits_for() {
+    let mut e = Env::start().await;
+    let fp = e.d.dir.join("failpoints");
+    std::fs::create_dir_all(&fp).unwrap();
+    let marker = |s: &str| fp.join(format!("container.reclaim.started.{s}"));
+    e.d.kill9();
+    e.d.launch_with(&[
+        ("CRUST_FAILPOINT", "container.reclaim.started:pause"),
+        ("CRUST_FAILPOINT_DIR", fp.to_str().unwrap()),
+    ]);
+    e.c = e.d.client().await;
+    let pod = e.pod("deferred").await;
+    let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
+    e.stop(&id, 0).await;
+    e.remove(&id).await;
+    wait_for(|| marker("reached").exists(), "the reclaim to start");
+    let err =
+        e.c.container_status(pb::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    let listed =
+        e.c.list_containers(pb::ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+    assert!(listed.is_empty(), "{listed:?}");
+    let left = e.leftovers_of(&id);
+    for what in ["mount ", "cgroup ", "image hold "] {
+        assert!(
+            left.iter().any(|l| l.starts_with(what)),
+            "{what}still there while the reclaim is held: {left:?}"
+        );
+    }
+    // The image goes, its layers stay while the container's overlay reads them.
+    let layers = e.d.root.join("images/layers");
+    let before = Daemon::entries(&layers);
+    e.d.images()
+        .await
+        .remove_image(pb::RemoveImageRequest {
+            image: Some(pb::ImageSpec {
+                image: e.image.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    assert_eq!(Daemon::entries(&layers), before, "held layers stay");
+    let rootfs = e.d.root.join("containers").join(&id).join("rootfs");
+    assert!(
+        std::fs::read_to_string(rootfs.join("etc/group"))
+            .unwrap()
+            .contains("extra:x:3000"),
+        "the mounted root filesystem still reads the image's layer"
+    );
+    // RemovePodSandbox waits for the reclaim, which ends before it returns.
+    let mut c = e.d.client().await;
+    let pod_id = pod.0.clone();
+    let removing = tokio::spawn(async move {
+        stop_pod(&mut c, &pod_id).await;
+        remove_pod(&mut c, &pod_id).await;
+    });
+    wait_for(
+        || {
+            e.d.log()
+                .contains("waiting for the reclaims of the pod's removed containers")
+        },
+        "the pod's removal to wait for the reclaim",
+    );
+    assert!(!removing.is_finished(), "the pod went before the reclaim");
+    std::fs::write(marker("release"), b"").unwrap();
+    removing.await.unwrap();
+    assert!(
+        marker("done").exists(),
+        "the reclaim ended before the pod's removal returned"
+    );
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    e.d.assert_clean();
+    let holds = Daemon::entries(&e.d.root.join("images/holds"));
+    assert!(holds.is_empty(), "image holds left: {holds:?}");
+    assert!(
+        Daemon::entries(&layers).is_empty(),
+        "the removed image's layers went with the last hold: {:?}",
+        Daemon::entries(&layers)
+    );
+}
+
+/// The daemon killed (a failpoint) in the middle of a removed container's reclaim, after the
+/// call returned or while it ran: the restarted daemon never lists the container again,
+/// finishes the reclaim (no mount, writable layer, cgroup, image hold or directory is left),
+/// and the container's name is free.
+#[tokio::test]
+async fn a_removal_killed_during_its_reclaim_is_finished_at_the_next_start() {
+    let mut e = Env::start().await;
+    let pod = e.pod("reclaimed").await;
+    // Before anything was reclaimed, and after the root filesystem went (the holds have not).
+    for (point, still) in [
+        (
+            "container.reclaim.started",
+            &["mount ", "cgroup ", "image hold "][..],
+        ),
+        ("container.teardown.after_rootfs", &["image hold "][..]),
+    ] {
+        e.d.kill9();
+        e.d.launch_with(&[("CRUST_FAILPOINT", point)]);
+        e.c = e.d.client().await;
+        let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
+        e.stop(&id, 0).await;
+        // The call returns before the reclaim, or the kill cuts it short.
+        let _ =
+            e.c.remove_container(pb::RemoveContainerRequest {
+                container_id: id.clone(),
+            })
+            .await;
+        crash::assert_killed_at(&mut e, point, &format!("failpoint {point} reached"));
+        let left = e.leftovers_of(&id);
+        for what in still {
+            assert!(
+                left.iter().any(|l| l.starts_with(what)),
+                "{point}: {what}still there at the kill: {left:?}"
+            );
+        }
+        e.d.launch();
+        e.c = e.d.client().await;
+        let listed =
+            e.c.list_containers(pb::ListContainersRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .containers;
+        assert!(listed.is_empty(), "{point}: listed again: {listed:?}");
+        e.wait_reclaimed(&id).await;
+        // The name is free: the next round makes a container of the same name.
+    }
+    let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
+    assert_eq!(e.sh(&id, "echo whole").await, "whole\n");
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
     e.d.assert_clean();
 }
 

@@ -122,6 +122,8 @@ async fn a_container_runs_logs_execs_stops_and_leaves_nothing_behind() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
+    // Its mounts, writable layer and cgroup go after the call returned.
+    e.wait_reclaimed(&id).await;
     assert!(
         e.container_leftovers().is_empty(),
         "{:?}",
@@ -135,6 +137,63 @@ async fn a_container_runs_logs_execs_stops_and_leaves_nothing_behind() {
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
     e.d.assert_clean();
+}
+
+/// A reclaim that fails (here: a mount inside the container's state directory, so that the
+/// directory cannot be deleted) is not lost once RemoveContainer returned: `crust check` names
+/// it, RemovePodSandbox retries it and fails while it still fails, and succeeds, leaving
+/// nothing, once the cause is gone.
+#[tokio::test]
+async fn a_failed_reclaim_stays_visible_and_the_pods_removal_retries_it() {
+    let mut e = Env::start().await;
+    let pod = e.pod("stuck").await;
+    let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
+    e.stop(&id, 0).await;
+    let dir = e.d.state.join("containers").join(&id);
+    let blocker = dir.join("blocker");
+    std::fs::create_dir(&blocker).unwrap();
+    let tmpfs = Some("tmpfs");
+    let flags = nix::mount::MsFlags::empty();
+    nix::mount::mount(tmpfs, &blocker, tmpfs, flags, None::<&str>).unwrap();
+    e.remove(&id).await;
+    wait_for(|| dir.join("RELEASE_FAILED").exists()).await;
+    let check = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
+            .args(["check", "--state"])
+            .arg(&e.d.state)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = check();
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("warn") && l.contains("leftovers") && l.contains(&id)),
+        "crust check names it: {said}"
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    let err =
+        e.c.remove_pod_sandbox(pb::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains(&id), "names the container: {err:?}");
+    nix::mount::umount2(&blocker, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    remove_pod(&mut e.c, &pod.0).await;
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
+    e.d.assert_clean();
+    let said = check();
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("ok") && l.contains("leftovers")),
+        "{said}"
+    );
 }
 
 #[tokio::test]

@@ -195,6 +195,7 @@ async fn every_adjustment_kind_reaches_the_container() {
     assert!(e.sh(&plain, "env").await.contains("FROM_IMAGE=1"));
     e.remove(&id).await;
     e.remove(&plain).await;
+    e.wait_reclaimed(&id).await;
     assert!(!mem.exists(), "the moved cgroup goes with the container");
     assert_eq!(
         plugin.events_of(&id),

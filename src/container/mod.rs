@@ -16,7 +16,9 @@
 //! - a record changes on disk first, then in memory (`Entry::commit`);
 //! - lifecycle verbs on one container are serialized by its `op` lock; reads never wait;
 //! - a name (pod, name, attempt) belongs to at most one container, reserved before creation
-//!   and released when the container is removed or its creation fails.
+//!   and released when the container is removed or its creation fails;
+//! - a removed container leaves the table once its tombstone is on disk; what it held is
+//!   reclaimed in the background, and its pod's Stop and Remove wait for that (`remove.rs`).
 
 mod bundle;
 mod create;
@@ -297,6 +299,8 @@ pub struct Containers {
     events: crate::events::Hub<ContainerEvent>,
     /// What statistics remember between calls (CPU readings, writable layer usage).
     stats: stats::StatsState,
+    /// Removed containers whose resources are still being reclaimed (`remove.rs`).
+    reclaims: remove::Reclaims,
 }
 
 impl Containers {
@@ -313,6 +317,7 @@ impl Containers {
             watchers: Mutex::new(HashMap::new()),
             events: crate::events::Hub::default(),
             stats: Default::default(),
+            reclaims: Default::default(),
         })
     }
 

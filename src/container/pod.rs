@@ -1,6 +1,6 @@
 //! StopPodSandbox and RemovePodSandbox reach the pod's containers first: they are stopped
 //! (killed at once, their exits recorded) before the pod's monitor goes, and removed before
-//! the pod is.
+//! the pod is; and the reclaims of its removed containers end before the pod's teardown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +24,9 @@ impl Containers {
             tracing::warn!(error = %e, "stopping a container of the pod; the pod's teardown kills it");
         }
         let was_ready = pod.phase.is_ready();
+        // The reclaims of containers removed before remove cgroups under the pod's, which the
+        // pod's teardown removes: they end first.
+        self.reclaimed(&pod.id).await;
         self.sandboxes.stop(&pod.id).await?;
         // Whatever the monitor took with it when it went.
         self.monitor_gone(&pod.id);
@@ -44,6 +47,8 @@ impl Containers {
         for removed in join_all(ids.iter().map(|id| self.remove(id))).await {
             removed?;
         }
+        // Nothing of its containers is left once the pod is gone.
+        self.settle_reclaims(&pod.id).await?;
         self.watchers
             .lock()
             .unwrap_or_else(|e| e.into_inner())

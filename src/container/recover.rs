@@ -1,12 +1,15 @@
 //! Startup recovery: rebuild the table from the records in the state directory. Containers of
 //! live pods are adopted and their monitors followed again (the monitor's snapshot brings the
 //! exits that happened while the daemon was down); half-created containers are rolled back;
-//! containers whose pod is gone, and writable layers, libcontainer state and image holds that
-//! no record owns, are removed.
+//! removed containers whose reclaim the previous run did not finish (a tombstone in their
+//! directory) are reclaimed in the background, never listed; containers whose pod is gone, and
+//! writable layers, libcontainer state and image holds that no record or reclaim owns, are
+//! removed.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::remove::TOMBSTONE;
 use super::{ContainerRecord, Containers, Phase, now_nanos, rootfs, teardown};
 use crate::store::RELEASE_FAILED;
 
@@ -18,6 +21,8 @@ pub struct RecoverySummary {
     pub rolled_back: usize,
     pub discarded: usize,
     pub failed: usize,
+    /// Removed containers whose reclaim was cut short, reclaimed now.
+    pub reclaiming: usize,
 }
 
 impl Containers {
@@ -31,6 +36,16 @@ impl Containers {
         for dir in dirs {
             let id = dir.file_name().to_string_lossy().into_owned();
             crate::store::remove_stale_temps(&dir.path());
+            let tombstone = dir.path().join(TOMBSTONE);
+            if tombstone.exists() {
+                let record = crate::store::load::<ContainerRecord>(&tombstone)
+                    .unwrap_or_else(|_| self.orphan(id));
+                let record = Arc::new(record);
+                self.reclaims.begin(&record);
+                self.spawn_reclaim(record);
+                summary.reclaiming += 1;
+                continue;
+            }
             match crate::store::load::<ContainerRecord>(&self.ctx.record_path(&id)) {
                 Ok(record)
                     if record.phase == Phase::Creating
@@ -139,10 +154,12 @@ impl Containers {
         }
     }
 
-    /// Writable layers, libcontainer state and image holds that belong to no container (the
-    /// machine rebooted: records lived in memory, layers on disk).
+    /// Writable layers, libcontainer state and image holds that belong to no container or
+    /// reclaim (the machine rebooted: records lived in memory, layers on disk).
     fn remove_orphans(&self) {
-        let known: HashSet<String> = self.table().by_id.keys().cloned().collect();
+        let mut known: HashSet<String> = self.table().by_id.keys().cloned().collect();
+        // A reclaim releases a hold only once its mounts are gone.
+        known.extend(self.reclaiming());
         for root in [&self.ctx.layers_dir, &self.ctx.runtime_root] {
             for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
                 let id = e.file_name().to_string_lossy().into_owned();

@@ -1,8 +1,9 @@
 //! Releasing everything a container holds: its process (through the monitor), its cgroup,
 //! libcontainer's state, its root filesystem and writable layer, its image hold, and last its
 //! directory with the record. Every step tolerates what is already gone, so the same function
-//! serves RemoveContainer, the rollback of a failed CreateContainer and recovery. All steps run
-//! even when one fails; the failures are reported together and the record stays for a retry.
+//! serves RemoveContainer's background reclaim, the rollback of a failed CreateContainer and
+//! recovery. All steps run even when one fails; the failures are reported together and the
+//! record stays for a retry.
 
 use super::monitor_of;
 use super::{ContainerError, ContainerRecord, Containers, rootfs};
@@ -69,7 +70,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
 
 /// Has the pod's monitor forget the container (killing what is left of it). A monitor that is
 /// gone has nothing left to forget.
-async fn forget(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
+pub(super) async fn forget(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
     let Ok(pod) = c.sandboxes.get(&record.pod_id) else {
         return Ok(());
     };

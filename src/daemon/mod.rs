@@ -202,6 +202,7 @@ async fn start_containers(
         rolled_back = summary.rolled_back,
         discarded = summary.discarded,
         failed = summary.failed,
+        reclaiming = summary.reclaiming,
         "recovered containers"
     );
     Ok(containers)

@@ -109,6 +109,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(err)
 }
 
+/// Renames the record at `from` to `to` in the same directory (a removed container's record
+/// becomes its tombstone): a crash leaves one name or the other, and the new one is durable
+/// when this returns.
+pub fn rename(from: &Path, to: &Path) -> Result<(), StoreError> {
+    let err = |source| StoreError::Write {
+        path: to.to_owned(),
+        source,
+    };
+    crate::durable::rename(from, to).map_err(err)?;
+    let dir = to.parent().unwrap_or(Path::new("."));
+    File::open(dir).and_then(|d| d.sync_all()).map_err(err)
+}
+
 /// A temporary name no other writer uses at the same time: the pid tells processes apart, the
 /// counter calls within one process.
 fn temp_name(path: &Path) -> String {
@@ -259,6 +272,27 @@ mod tests {
         );
         assert_eq!(temps(dir.path()), 0, "the temp file went with the error");
         assert!(p.join("x").exists(), "what was there is untouched");
+    }
+
+    #[test]
+    fn a_renamed_record_loads_under_its_new_name_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        let thing = Thing {
+            name: "t".into(),
+            n: 3,
+        };
+        save(&from, &thing).unwrap();
+        rename(&from, &to).unwrap();
+        assert_eq!(load::<Thing>(&to).unwrap(), thing);
+        assert!(matches!(load::<Thing>(&from), Err(StoreError::Read { .. })));
+        // A record that is not there: an error naming the new name, nothing changed.
+        let e = rename(&from, &to).unwrap_err();
+        assert!(
+            matches!(&e, StoreError::Write { path, .. } if path == &to),
+            "{e}"
+        );
+        assert_eq!(load::<Thing>(&to).unwrap(), thing);
     }
 
     #[test]

@@ -132,7 +132,16 @@ pub fn store_listing(root: &Path) -> BTreeSet<String> {
     all
 }
 
+/// Nothing is left of what the run made. Waits first (30 s at most) for what is left to go:
+/// RemoveContainer returns before its reclaim ends, and a reclaim a crash cut short is
+/// finished in the background after the next start.
 pub fn assert_nothing_left(env: &Env, baseline: &BTreeSet<String>, failpoint: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(env.container_leftovers().is_empty() && &store_listing(&env.d.root) == baseline)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     env.d.assert_clean();
     let left = env.container_leftovers();
     assert!(

@@ -290,6 +290,55 @@ impl Env {
         records(&std::fs::read_to_string(self.log_path(pod, name)).unwrap_or_default())
     }
 
+    /// What is left of container `id` on the node: its directories, mounts, cgroup and image
+    /// holds. RemoveContainer returns before its reclaim (unmounting, deleting the writable
+    /// layer, the cgroup, the holds) ends: `wait_reclaimed` waits for this to be empty.
+    pub fn leftovers_of(&self, id: &str) -> Vec<String> {
+        let mut left: Vec<String> = self
+            .container_leftovers()
+            .into_iter()
+            .filter(|l| l.contains(id))
+            .collect();
+        // A hold's file is named by a digest of its holder, which the record names.
+        let holds = self.d.root.join("images/holds");
+        for name in Daemon::entries(&holds) {
+            let text = std::fs::read_to_string(holds.join(&name)).unwrap_or_default();
+            let hold: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let holder = hold["record"]["holder"].as_str().unwrap_or_default();
+            if holder.starts_with(id) {
+                left.push(format!("image hold {holder}"));
+            }
+        }
+        for root in super::daemon::cgroup_roots() {
+            let parent = root.join(self.d.cgroup_parent.trim_start_matches('/'));
+            for pod in Daemon::entries(&parent) {
+                let dir = parent.join(pod).join(id);
+                if dir.exists() {
+                    left.push(format!("cgroup {}", dir.display()));
+                }
+            }
+        }
+        left
+    }
+
+    /// Waits (30 s at most) until nothing of container `id` is left: the reclaim its
+    /// RemoveContainer started has ended.
+    pub async fn wait_reclaimed(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = self.leftovers_of(id);
+            if left.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "container {id} still leaves {left:?} 30 s after its removal; daemon log:\n{}",
+                tail(&self.d.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// What is left of containers: writable layers, state, runtime state.
     pub fn container_leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();

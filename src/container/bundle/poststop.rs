@@ -1,11 +1,12 @@
-//! The OCI poststop hooks of a container's spec (CDI specs bring them), run by the daemon as it
-//! removes the container. libcontainer 0.7 runs poststop hooks only in its own `delete`, which
-//! crust never calls (it removes libcontainer's state itself), so they run here: after the
-//! container's processes are gone and before its removal returns, as the OCI runtime spec asks,
-//! each with the container's state on stdin and only the env the hook names, in the node's
-//! namespaces. A hook that fails, or outlives its timeout (30 s when it names none), is logged
-//! and the removal goes on, as that spec asks too. They run once: a removal retried after a
-//! failure finds `poststop.done` and does not run them again.
+//! The OCI poststop hooks of a container's spec (CDI specs and NRI plugins bring them), run by
+//! the daemon as it removes the container. libcontainer 0.7 runs poststop hooks only in its own
+//! `delete`, which crust never calls (it removes libcontainer's state itself), so they run here:
+//! after the container's processes are gone and before its removal returns (in the
+//! RemoveContainer call, not in the reclaim it leaves to the background), as the OCI runtime
+//! spec asks, each with the container's state on stdin and only the env the hook names, in the
+//! node's namespaces. A hook that fails, or outlives its timeout (30 s when it names none), is
+//! logged and the removal goes on, as that spec asks too. They run once: a removal retried after
+//! a failure finds `poststop.done` and does not run them again.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,13 +16,31 @@ use oci_spec::runtime::{Hook, Spec};
 /// How long a hook that names no timeout may take: a removal must end.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Whether the bundle in `dir` (a container's directory) may have poststop hooks that have not
+/// run yet: RemoveContainer asks this of every container, and most have none.
+pub fn pending(dir: &Path) -> bool {
+    spec_with_hooks(dir).is_some()
+}
+
+const DONE: &str = "poststop.done";
+
+/// The text of the bundle's spec when it may hold poststop hooks that have not run: a look at
+/// the text, without decoding it.
+fn spec_with_hooks(dir: &Path) -> Option<Vec<u8>> {
+    const KEY: &[u8] = b"\"poststop\"";
+    // No bundle: the container never got as far as having hooks.
+    let text = std::fs::read(dir.join("bundle/config.json")).ok()?;
+    let has = text.windows(KEY.len()).any(|w| w == KEY) && !dir.join(DONE).exists();
+    has.then_some(text)
+}
+
 /// Runs the poststop hooks of the bundle in `dir` (a container's directory), if it has any and
 /// they have not run yet.
 pub async fn run(dir: &Path, id: &str) {
-    let done = dir.join("poststop.done");
-    let Ok(text) = tokio::fs::read(dir.join("bundle/config.json")).await else {
-        return; // No bundle: the container never got as far as having hooks.
+    let Some(text) = spec_with_hooks(dir) else {
+        return;
     };
+    let done = dir.join(DONE);
     let Ok(spec) = serde_json::from_slice::<Spec>(&text) else {
         return;
     };
@@ -29,9 +48,6 @@ pub async fn run(dir: &Path, id: &str) {
     let Some(hooks) = hooks.filter(|h| !h.is_empty()) else {
         return;
     };
-    if tokio::fs::try_exists(&done).await.unwrap_or(false) {
-        return;
-    }
     let state = serde_json::json!({
         "ociVersion": spec.version(),
         "id": id,
@@ -121,7 +137,9 @@ mod tests {
         spec.set_hooks(Some(hooks));
         let json = serde_json::to_vec(&spec).unwrap();
         std::fs::write(dir.path().join("bundle/config.json"), json).unwrap();
+        assert!(pending(dir.path()));
         run(dir.path(), "c1").await;
+        assert!(!pending(dir.path()), "they ran");
         run(dir.path(), "c1").await;
         let text = std::fs::read_to_string(&out).unwrap();
         assert_eq!(text.lines().count(), 1, "once: {text}");
@@ -132,5 +150,12 @@ mod tests {
         );
         // No bundle, no hooks: nothing to do.
         run(&dir.path().join("absent"), "c2").await;
+        assert!(!pending(&dir.path().join("absent")));
+        // A spec without hooks has none pending.
+        let plain = tempfile::tempdir().unwrap();
+        std::fs::create_dir(plain.path().join("bundle")).unwrap();
+        let json = serde_json::to_vec(&Spec::default()).unwrap();
+        std::fs::write(plain.path().join("bundle/config.json"), json).unwrap();
+        assert!(!pending(plain.path()));
     }
 }
