@@ -166,6 +166,18 @@ async fn a_pod_s_root_is_an_unprivileged_range_of_host_ids() {
         owners.lines().all(|l| l == "0:0"),
         "owners inside:\n{owners}"
     );
+    // /dev is the pod's root's tmpfs, made as runc makes it: on a kernel with /proc/kcore,
+    // the link to it is /dev/core (made inside, as the node's root cannot rename in that
+    // tmpfs on every kernel), and there is no /dev/kcore.
+    let dev = e.sh(&id, "ls /dev; readlink /dev/core || true").await;
+    let kcore = Path::new("/proc/kcore").exists();
+    assert_eq!(dev.lines().any(|l| l == "core"), kcore, "/dev: {dev}");
+    assert_eq!(
+        dev.lines().any(|l| l == "/proc/kcore"),
+        kcore,
+        "/dev: {dev}"
+    );
+    assert!(!dev.lines().any(|l| l == "kcore"), "/dev: {dev}");
     let upper =
         PathBuf::from(e.info(&id).await["rootfs"].as_str().unwrap()).with_file_name("upper");
     for made in ["made", "data/sub"] {
@@ -212,11 +224,21 @@ async fn a_pod_s_root_is_an_unprivileged_range_of_host_ids() {
         .stats
         .unwrap();
     assert!(stats.memory.unwrap().working_set_bytes.unwrap().value > 0);
-    for p in [&pod.0, &plain.0] {
-        stop_pod(&mut e.c, p).await;
-        remove_pod(&mut e.c, p).await;
-    }
+    stop_pod(&mut e.c, &plain.0).await;
+    remove_pod(&mut e.c, &plain.0).await;
+    end_pod(&mut e, &pod.0).await;
+}
+
+/// Stops and removes a pod, and checks that nothing of it is left on the node.
+async fn end_pod(e: &mut Env, id: &str) {
+    stop_pod(&mut e.c, id).await;
+    remove_pod(&mut e.c, id).await;
     e.d.assert_clean();
+    assert!(
+        e.container_leftovers().is_empty(),
+        "{:?}",
+        e.container_leftovers()
+    );
 }
 
 /// Waits until the container's log holds `n` records equal to `want`, spaces aside.
@@ -357,14 +379,7 @@ async fn volumes_with_the_pod_s_mappings_are_id_mapped() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("userns_options"), "{err:?}");
 
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    e.d.assert_clean();
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
+    end_pod(&mut e, &pod.0).await;
     assert!(
         !e.d.mounts().iter().any(|m| m.contains("/idmap/")),
         "id-mapped mounts left: {:?}",
@@ -429,14 +444,7 @@ async fn the_pod_lives_through_a_daemon_kill_and_leaves_nothing() {
     assert_eq!(s.reason, "OOMKilled", "{s:?}");
 
     e.stop(&id, 0).await;
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    e.d.assert_clean();
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
+    end_pod(&mut e, &pod.0).await;
     assert!(exited(pid as i32), "the container's process is gone");
 }
 
@@ -475,9 +483,7 @@ async fn requests_that_break_a_user_namespace_are_refused() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("has none"), "{err:?}");
     // Nothing of the refused pods is left.
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    e.d.assert_clean();
+    end_pod(&mut e, &pod.0).await;
 }
 
 #[tokio::test]
@@ -506,7 +512,5 @@ async fn a_node_that_cannot_give_user_namespaces_says_why() {
     }
     // Pods in the node's user namespace run as before.
     let pod = e.pod("plain").await;
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    e.d.assert_clean();
+    end_pod(&mut e, &pod.0).await;
 }

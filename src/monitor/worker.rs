@@ -203,9 +203,11 @@ fn create(req: &CreateRequest, stdio: Stdio, console_socket: Option<PathBuf>) ->
 /// Where libcontainer's /dev differs from runc's, made runc's while the container's init
 /// still waits for StartContainer: the directories a device node needs (/dev/net of
 /// /dev/net/tun, and many for a privileged container's host devices) are 0755, not the 0777
-/// libcontainer gives them (it clears the umask for the nodes); the link to /proc/kcore is
-/// /dev/core, not /dev/kcore. /dev is a tmpfs libcontainer just made, and every name in it is
-/// opened relative to it without following links, so no image or process can redirect this.
+/// libcontainer gives them (it clears the umask for the nodes). /dev is a tmpfs libcontainer
+/// just made, and every name in it is opened relative to it without following links, so no
+/// image or process can redirect this. (The link to /proc/kcore, /dev/core as runc names it,
+/// is made by crust's libcontainer itself: renaming it from here failed with EOVERFLOW in a
+/// pod with a user namespace, whose tmpfs does not map the node's root.)
 fn dev_as_runc_makes_it(pid: i32, bundle: &Path) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     let spec_path = bundle.join("config.json");
@@ -242,13 +244,6 @@ fn dev_as_runc_makes_it(pid: i32, bundle: &Path) -> Result<(), String> {
         }
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755))
             .map_err(|e| format!("chmod {dev_path}/{}: {e}", dir.display()))?;
-    }
-    let kcore = rustix::fs::readlinkat(&dev, "kcore", Vec::new());
-    let core_free = rustix::fs::statat(&dev, "core", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-        .is_err_and(|e| e == rustix::io::Errno::NOENT);
-    if kcore.is_ok_and(|target| target.as_bytes() == b"/proc/kcore") && core_free {
-        rustix::fs::renameat(&dev, "kcore", &dev, "core")
-            .map_err(|e| format!("renaming {dev_path}/kcore to core: {e}"))?;
     }
     Ok(())
 }

@@ -76,10 +76,11 @@ impl Symlink {
 
     // separating kcore symlink out from setup_default_symlinks for a better way to do the unit test,
     // since not every architecture has /proc/kcore file.
+    // crust: the link is /dev/core, as runc makes it (see CRUST.md).
     pub fn setup_kcore_symlink(&self, rootfs: &Path) -> Result<()> {
         if Path::new("/proc/kcore").exists() {
             self.syscall
-                .symlink(Path::new("/proc/kcore"), &rootfs.join("dev/kcore"))
+                .symlink(Path::new("/proc/kcore"), &rootfs.join("dev/core"))
                 .map_err(|err| {
                     tracing::error!("failed to symlink kcore");
                     SymlinkError::Syscall { source: err }
