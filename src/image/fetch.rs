@@ -356,19 +356,7 @@ async fn download(
                     pending.extend_from_slice(&chunk);
                 }
             }
-            Some(Err(e)) => {
-                let (ingest, _) = write_off_thread(ingest, pending).await?;
-                // oci-client reports a digest mismatch as a stream error after the last byte.
-                let actual = ingest.digest_so_far();
-                if size == Some(ingest.size()) && actual != desc.digest {
-                    return Err(PullError::DigestMismatch {
-                        what,
-                        expected: desc.digest.to_string(),
-                        actual: actual.to_string(),
-                    });
-                }
-                return Err(session.stream_error(&e, &progress));
-            }
+            Some(Err(e)) => return Err(session.stream_error(&e, &progress)),
         }
     }
 }

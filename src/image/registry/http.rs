@@ -1,6 +1,8 @@
 //! crust's own HTTP requests to registries, beside oci-client's: manifests (read with a size
 //! cap: oci-client reads any body whole, so a broken or hostile registry could make the daemon
-//! buffer gigabytes) and the identity-token exchange. Also turns what goes wrong on the wire
+//! buffer gigabytes), blobs (streamed into the content store, which verifies their digest as
+//! it writes them: oci-client's blob stream would hash every byte a second time) and the
+//! identity-token exchange. Also turns what goes wrong on the wire
 //! into one short sentence a user can act on.
 //!
 //! Authentication stays with oci-client (its bearer-challenge flow and token cache); a session
@@ -77,10 +79,25 @@ pub enum FetchError {
     },
 }
 
+/// Sends `rb` and hands back a successful response unread, for its body to be streamed (a
+/// blob), or reads a failure's body as `fetch` does.
+pub async fn open(
+    rb: reqwest::RequestBuilder,
+) -> Result<Result<reqwest::Response, Fetched>, FetchError> {
+    let resp = rb.send().await.map_err(FetchError::Transport)?;
+    if resp.status().is_success() {
+        return Ok(Ok(resp));
+    }
+    read(resp, 0).await.map(Err)
+}
+
 /// Sends `rb` and reads the body: at most `limit` bytes of a success (more is an error), and
 /// at most `MAX_ERROR_BODY` bytes of a failure (the rest is dropped unread).
 pub async fn fetch(rb: reqwest::RequestBuilder, limit: usize) -> Result<Fetched, FetchError> {
-    let mut resp = rb.send().await.map_err(FetchError::Transport)?;
+    read(rb.send().await.map_err(FetchError::Transport)?, limit).await
+}
+
+async fn read(mut resp: reqwest::Response, limit: usize) -> Result<Fetched, FetchError> {
     let status = resp.status();
     let header = |name: &str| {
         resp.headers()

@@ -13,11 +13,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use oci_client::client::{
-    Certificate, CertificateEncoding, ClientConfig, ClientProtocol, SizedStream,
-};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, RegistryOperation};
 
@@ -38,6 +35,10 @@ use self::reference::{DEFAULT_DOMAIN, ImageRef};
 use crate::config::{RegistryConfig, endpoint_host};
 use crate::image::digest::{Algorithm, Digest};
 use crate::image::{ImageSettings, PullError, local, lock};
+
+/// A blob's bytes as they arrive.
+pub type BlobStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
 pub struct Registries {
     /// Replaced whole by a configuration reload; a pull under way keeps the sessions it opened.
@@ -363,19 +364,29 @@ impl Session {
         format!("{scheme}://{}", self.reference.resolve_registry())
     }
 
-    /// Starts streaming a blob.
-    pub async fn blob(&self, desc: &Descriptor) -> Result<SizedStream, PullError> {
-        let d = OciDescriptor {
-            media_type: desc.media_type.clone(),
-            digest: desc.digest.to_string(),
-            size: desc.size,
-            ..Default::default()
-        };
+    /// Starts streaming a blob. Its digest is verified by whoever stores it (`Ingest`).
+    pub async fn blob(&self, desc: &Descriptor) -> Result<BlobStream, PullError> {
+        let repo = self.reference.repository();
         let what = format!("blob {}", desc.digest);
-        let fetch = self.client.pull_blob_stream(&self.reference, &d);
-        self.within(&format!("fetching {what} from {}", self.registry), fetch)
-            .await?
-            .map_err(|e| self.classify(e, &what))
+        let url = format!(
+            "{}/v2/{repo}/blobs/{}{}",
+            self.base_url(),
+            desc.digest,
+            self.reference
+                .namespace()
+                .map(|ns| format!("?ns={ns}"))
+                .unwrap_or_default(),
+        );
+        let open = http::open(self.header.apply(self.http.get(url)));
+        let doing = format!("fetching {what} from {}", self.registry);
+        match self.within(&doing, open).await? {
+            Ok(Ok(response)) => Ok(Box::pin(response.bytes_stream())),
+            Ok(Err(failed)) => Err(self.status_error(failed.status.as_u16(), &failed.body, &what)),
+            Err(FetchError::Transport(e)) => Err(self.stream_error(&e, &doing)),
+            Err(FetchError::TooLarge { .. }) => Err(PullError::Internal(format!(
+                "{doing}: an error body was refused as too large"
+            ))),
+        }
     }
 
     fn anonymous(&self) -> bool {

@@ -216,14 +216,6 @@ impl Ingest {
         &self.path
     }
 
-    /// The digest of what was written so far.
-    pub fn digest_so_far(&self) -> Digest {
-        match &self.hasher {
-            Hasher::Sha256(h) => Hasher::Sha256(h.clone()).finish(),
-            Hasher::Sha512(h) => Hasher::Sha512(h.clone()).finish(),
-        }
-    }
-
     /// Verifies size and digest, makes the data durable and moves it to `dest`. Blocking.
     pub fn commit(
         mut self,
