@@ -12,15 +12,22 @@
 # Port-forward throughput through that same client: 100 MiB into a pod's port and out of it
 # over PortForward, on SPDY and on SPDY in WebSocket, in turns with a plain copy over the pod's
 # own loopback; PORTFORWARD_ONLY=1 measures only that. What one no-op NRI plugin adds to a
-# container's create and start, on crust alone; NRI_ONLY=1 measures only that. The last lines compare crust with containerd where both were measured.
+# container's create and start, on crust alone; NRI_ONLY=1 measures only that. A pod with a
+# container from nothing is measured plain and in a user namespace of its own (hostUsers:
+# false); FROM_NOTHING_ONLY=1 measures only those two. The last lines compare crust with
+# containerd where both were measured.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
 EXEC_ONLY=${EXEC_ONLY:-}
 PORTFORWARD_ONLY=${PORTFORWARD_ONLY:-}
+FROM_NOTHING_ONLY=${FROM_NOTHING_ONLY:-}
 NRI_ONLY=${NRI_ONLY:-}
 [ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
 [ -n "$PORTFORWARD_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-port-forward"
+[ -n "$FROM_NOTHING_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-from-nothing"
+# Only some container rows: no pod sandbox rows, no NRI.
+SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
@@ -118,12 +125,12 @@ CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
 if [ -z "$NRI_ONLY" ]; then
-  [ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+  [ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
   "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
     --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee "$W/rows"
-  [ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
+  [ -n "$PORTFORWARD_ONLY$FROM_NOTHING_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
 fi
-[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || nri_cost
+[ -n "$SOME" ] || nri_cost
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
 [ -z "$NRI_ONLY" ] || exit 0
 
@@ -138,16 +145,22 @@ wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/pause.tar" >/dev/null
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
-[ -n "$EXEC_ONLY$PORTFORWARD_ONLY" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
+[ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
   --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
-[ -n "$PORTFORWARD_ONLY" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
+[ -n "$PORTFORWARD_ONLY$FROM_NOTHING_ONLY" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
 
-# crust against containerd on the streaming rows: the median time of crust's over containerd's.
+# crust against containerd on the pods from nothing and the streaming rows: the median time of
+# crust's over containerd's.
 awk '
+  /pod \+ container from nothing/ && / median=/ { k = ($0 ~ /userns/) ? "pod + container from nothing, userns" : "pod + container from nothing"; for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); fresh[$1, k] = v } }
   /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
   /port-forward .* (up|down) \((SPDY|WebSocket)\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1, $5 " " $6] = v } }
   END {
+    split("pod + container from nothing|pod + container from nothing, userns", pods, "|")
+    for (k = 1; k <= 2; k++)
+      if (fresh["crust", pods[k]] && fresh["containerd", pods[k]])
+        printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", pods[k], fresh["crust", pods[k]], fresh["containerd", pods[k]], fresh["crust", pods[k]] / fresh["containerd", pods[k]]
     if (ms["crust"] && ms["containerd"])
       printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", "Exec over SPDY (true)", ms["crust"], ms["containerd"], ms["crust"] / ms["containerd"]
     split("up (SPDY)|up (WebSocket)|down (SPDY)|down (WebSocket)", kinds, "|")

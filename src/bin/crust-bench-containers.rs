@@ -3,7 +3,9 @@
 //! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
 //! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
 //! containers each, the memory a pod with five running containers costs the runtime, and how
-//! soon a GetContainerEvents subscriber hears of a container's exit. `--only-lifecycle` runs
+//! soon a GetContainerEvents subscriber hears of a container's exit. The pod from nothing is
+//! measured twice: as a plain pod, then as one with its own user namespace (`hostUsers:
+//! false`: a mapped range of host ids, the image's layers id-mapped). `--only-lifecycle` runs
 //! the first rows alone (the NRI comparison of hack/bench.sh).
 //!
 //! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
@@ -67,6 +69,9 @@ struct Args {
     /// without and with an NRI plugin on the same daemon.
     #[arg(long)]
     only_lifecycle: bool,
+    /// Measure only a pod with a container from nothing, plain and in a user namespace.
+    #[arg(long)]
+    only_from_nothing: bool,
     /// Which ways the port-forward transfers go.
     #[arg(long, value_delimiter = ',', default_value = "up,down")]
     port_forward_ways: Vec<String>,
@@ -92,10 +97,13 @@ async fn main() -> anyhow::Result<()> {
     if args.only_lifecycle {
         return lifecycle(&mut c, &args).await;
     }
+    if args.only_from_nothing {
+        return pods_from_nothing(&mut c, &args).await;
+    }
     lifecycle(&mut c, &args).await?;
     stream_execs(&mut c, &args).await?;
     port_forwards(&mut c, &args).await?;
-    from_nothing(&mut c, &args).await?;
+    pods_from_nothing(&mut c, &args).await?;
     memory(&mut c, &args).await?;
     exit_events(&mut c, &args).await?;
     relist(&mut c, &args).await
@@ -290,12 +298,27 @@ async fn lifecycle(c: &mut Client, args: &Args) -> anyhow::Result<()> {
     remove_pod(c, &pod).await
 }
 
-/// RunPodSandbox + CreateContainer + StartContainer, as kubelet does for a new pod.
-async fn from_nothing(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+/// A pod with a container from nothing, plain, then in a user namespace.
+async fn pods_from_nothing(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    from_nothing(c, args, None).await?;
+    if let Err(e) = from_nothing(c, args, Some(USERNS_HOST_ID)).await {
+        // A runtime or node without user namespaces: that row is missing, the others stand.
+        println!(
+            "{:<12} pod + container from nothing, userns: not measured: {e:#}",
+            args.label
+        );
+    }
+    Ok(())
+}
+
+/// RunPodSandbox + CreateContainer + StartContainer, as kubelet does for a new pod; with
+/// `userns`, the pod in a user namespace mapping 65536 ids from that host id, as kubelet maps
+/// a `hostUsers: false` pod.
+async fn from_nothing(c: &mut Client, args: &Args, userns: Option<u32>) -> anyhow::Result<()> {
     let mut total = Vec::new();
     for i in 0..args.warmup + args.rounds {
         let t = Instant::now();
-        let pod = run_pod(c, &format!("fresh-{i}")).await?;
+        let pod = run_pod_in(c, &format!("fresh-{i}"), userns).await?;
         let id = create_container(c, &pod, "main", &args.image, SLEEPER).await?;
         start_container(c, &id).await?;
         if i >= args.warmup {
@@ -303,7 +326,11 @@ async fn from_nothing(c: &mut Client, args: &Args) -> anyhow::Result<()> {
         }
         remove_pod(c, &pod).await?;
     }
-    report(&args.label, "pod + container from nothing", &total);
+    let what = match userns {
+        None => "pod + container from nothing",
+        Some(_) => "pod + container from nothing, userns",
+    };
+    report(&args.label, what, &total);
     Ok(())
 }
 
@@ -383,7 +410,28 @@ const SLEEPER: &str = "sleep 3600";
 
 type Pod = (String, pb::PodSandboxConfig);
 
+/// The first host id of the benchmark's user namespace pods (kubelet hands out multiples of
+/// 65536 above its own range; this one is clear of it).
+const USERNS_HOST_ID: u32 = 1_000_000 / 65536 * 65536;
+
 async fn run_pod(c: &mut Client, name: &str) -> anyhow::Result<Pod> {
+    run_pod_in(c, name, None).await
+}
+
+/// A pod, in a user namespace of its own mapping 65536 ids from `userns` if given.
+async fn run_pod_in(c: &mut Client, name: &str, userns: Option<u32>) -> anyhow::Result<Pod> {
+    let ids = |host_id| {
+        vec![pb::IdMapping {
+            container_id: 0,
+            host_id,
+            length: 65536,
+        }]
+    };
+    let userns_options = userns.map(|host| pb::UserNamespace {
+        mode: pb::NamespaceMode::Pod as i32,
+        uids: ids(host),
+        gids: ids(host),
+    });
     let name = format!("cbench-{}-{name}", std::process::id());
     let config = pb::PodSandboxConfig {
         metadata: Some(pb::PodSandboxMetadata {
@@ -398,6 +446,7 @@ async fn run_pod(c: &mut Client, name: &str) -> anyhow::Result<Pod> {
             security_context: Some(pb::LinuxSandboxSecurityContext {
                 namespace_options: Some(pb::NamespaceOption {
                     pid: pb::NamespaceMode::Container as i32,
+                    userns_options,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -451,6 +500,8 @@ async fn create_container(
             security_context: Some(pb::LinuxContainerSecurityContext {
                 namespace_options: Some(pb::NamespaceOption {
                     pid: pb::NamespaceMode::Container as i32,
+                    // kubelet repeats the pod's user namespace in each container's options.
+                    userns_options: pod_userns(pod),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -467,6 +518,11 @@ async fn create_container(
     .await?
     .into_inner()
     .container_id)
+}
+
+fn pod_userns(pod: &Pod) -> Option<pb::UserNamespace> {
+    let sc = pod.1.linux.as_ref()?.security_context.as_ref()?;
+    sc.namespace_options.as_ref()?.userns_options.clone()
 }
 
 async fn start_container(c: &mut Client, id: &str) -> anyhow::Result<()> {
