@@ -235,6 +235,13 @@ if [ "$failed" -gt 0 ]; then
       + (if ($m | length) > 6 then "\n      ..." else "" end)' <<<"$verdict"
   echo "--- last lines of the crust log ($work/crust.log) ---"
   tail -40 "$work/crust.log" | sed 's/\x1b\[[0-9;]*m//g'   # without colours
+  # A monitor that failed to start says why in its own log, which the error names: show the
+  # logs the failures name, as the work dir goes with the run (and the guest's with its disk).
+  for log in $(jq -r '.specs[] | select(.class == "failed") | .message' <<<"$verdict" |
+    grep -o "$work/[^ )]*monitor\.log" | sort -u | head -5); do
+    echo "--- $log ---"
+    tail -20 "$log" 2>&1 || true
+  done
   echo "--- critest's own output is $work/critest.log, kept when CRITEST_KEEP=1 ---"
 fi
 if [ "$stale" -gt 0 ]; then

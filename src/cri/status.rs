@@ -153,7 +153,7 @@ fn monitor_code(e: &MonitorError) -> Code {
         MonitorError::Setup { .. } => Code::FailedPrecondition,
         MonitorError::Protocol(_) => Code::Internal,
         MonitorError::Spawn(_)
-        | MonitorError::Vanished(_)
+        | MonitorError::Vanished { .. }
         | MonitorError::Died(_)
         | MonitorError::Timeout(_)
         | MonitorError::Io(_) => Code::Unavailable,

@@ -19,8 +19,11 @@ pub enum MonitorError {
     Spawn(std::io::Error),
     #[error("monitor failed to {step}: {error}")]
     Setup { step: String, error: String },
-    #[error("monitor exited before it was ready (see {0})")]
-    Vanished(PathBuf),
+    /// The monitor ended without a Ready line: `detail` says how its first process ended if
+    /// it failed (a clean exit says nothing: that process exits once it has forked the
+    /// monitor), then the last line the monitor wrote to its log (a panic, a start-up error).
+    #[error("monitor exited before it was ready{detail} (see {})", log.display())]
+    Vanished { log: PathBuf, detail: String },
     #[error("the pod monitor (pid {0}) died before it answered")]
     Died(i32),
     #[error("monitor did not answer within {0:?}")]
@@ -39,6 +42,34 @@ pub enum MonitorError {
 pub struct MonitorHandle {
     pub identity: Identity,
     pub dir: PathBuf,
+}
+
+/// What is known of a monitor that ended before its Ready line: how its first process ended
+/// and the last thing its log says.
+fn vanished(log: &Path, exit: std::io::Result<std::process::ExitStatus>) -> MonitorError {
+    let how = match exit {
+        Ok(status) if status.success() => String::new(),
+        Ok(status) => format!(" ({status})"),
+        Err(e) => format!(" (its status unknown: {e})"),
+    };
+    let said = last_line(log).map(|l| format!(": {l}")).unwrap_or_default();
+    MonitorError::Vanished {
+        log: log.to_owned(),
+        detail: how + &said,
+    }
+}
+
+/// The last non-empty line of a log, from at most its last 4 KiB.
+fn last_line(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    Some(line.trim().chars().take(500).collect())
 }
 
 /// Starts a monitor for `config` with the crust binary `exe` and waits until it is ready.
@@ -74,7 +105,7 @@ pub async fn spawn(
         }
     };
     // The first process exits right after forking the monitor; reap it.
-    let _ = child.wait().await;
+    let exit = child.wait().await;
     crate::durable::step("monitor started", &config.sandbox_id);
     match serde_json::from_str::<Ready>(&line) {
         Ok(Ready::Ok(identity)) => Ok(MonitorHandle {
@@ -82,7 +113,7 @@ pub async fn spawn(
             dir: config.dir.clone(),
         }),
         Ok(Ready::Failed { step, error }) => Err(MonitorError::Setup { step, error }),
-        Err(_) if line.is_empty() => Err(MonitorError::Vanished(config.dir.join(LOG))),
+        Err(_) if line.is_empty() => Err(vanished(&config.dir.join(LOG), exit)),
         Err(e) => Err(MonitorError::Protocol(format!(
             "unreadable ready line: {e}"
         ))),
@@ -341,4 +372,41 @@ async fn request(dir: &Path, req: &Request, timeout: Duration) -> Result<Reply, 
     }
     serde_json::from_str(&answer)
         .map_err(|e| MonitorError::Protocol(format!("unreadable reply {answer:?}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_vanished_monitor_says_what_its_log_last_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join(LOG);
+        std::fs::write(
+            &log,
+            "started\nthread 'main' panicked at src/x.rs:1: boom\n\n",
+        )
+        .unwrap();
+        let clean = vanished(&log, Ok(std::process::ExitStatus::from_raw(0))).to_string();
+        assert_eq!(
+            clean,
+            format!(
+                "monitor exited before it was ready: thread 'main' panicked at src/x.rs:1: boom \
+                 (see {})",
+                log.display()
+            )
+        );
+        // A first process killed before it forked says so; a log never written says nothing.
+        let killed = vanished(
+            &dir.path().join("none.log"),
+            Ok(std::process::ExitStatus::from_raw(9)),
+        );
+        let text = killed.to_string();
+        assert!(
+            text.starts_with("monitor exited before it was ready (signal: 9"),
+            "{text}"
+        );
+        assert!(!text.contains(": ("), "{text}");
+    }
 }
