@@ -81,6 +81,11 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
          a thread of the daemon that ends at once and is in no PID namespace of a pod",
     ),
     (
+        "sys/arp.rs",
+        "the gratuitous ARP after CNI ADD: enters only a pod's network namespace, on a thread of \
+         the daemon that ends at once and is in no PID namespace of a pod",
+    ),
+    (
         "sys/userns.rs",
         "the user namespace holder: a fork of the monitor (or of the daemon's start-up probe) \
          that unshares a user namespace the monitor maps, creates the pod's namespaces in it and \

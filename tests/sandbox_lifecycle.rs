@@ -657,3 +657,62 @@ async fn pod_stats_measure_the_pod_cgroup_and_network() {
     remove_pod(&mut c, &host_id).await;
     d.assert_clean();
 }
+
+/// The node's neighbour entry for an address that a gone pod held, and a new pod now holds,
+/// names the new pod's MAC once RunPodSandbox returns: the pod announces its address (a
+/// gratuitous ARP). Without that, the kernel keeps sending to the old MAC until it probes the
+/// address again 5 s later, and a kubelet probe with a 1 s timeout fails on the new pod.
+#[tokio::test]
+async fn a_reused_pod_address_points_at_the_new_pod_at_once() {
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let first = run_pod(&mut c, pod_config("first")).await;
+    let ip = status(&mut c, &first).await.0.network.unwrap().ip;
+    // host-local hands out the next address: leave on the node the stale entry a gone pod
+    // would have left for it.
+    let last: u8 = ip.rsplit('.').next().unwrap().parse().unwrap();
+    let next = format!("{}.{}", d.subnet_prefix, last + 1);
+    let stale = "02:00:00:00:be:ef";
+    sh(
+        "ip",
+        &[
+            "neigh", "replace", &next, "lladdr", stale, "dev", &d.bridge, "nud", "stale",
+        ],
+    );
+    let second = run_pod(&mut c, pod_config("second")).await;
+    let (s, info) = status(&mut c, &second).await;
+    assert_eq!(
+        s.network.unwrap().ip,
+        next,
+        "host-local gave the next address"
+    );
+    let pin = info["namespaces"]["net"].as_str().unwrap();
+    // `ip`, not /sys/class/net: sysfs shows the namespace of whoever mounted it.
+    let link = sh(
+        "nsenter",
+        &[&format!("--net={pin}"), "ip", "-o", "link", "show", "eth0"],
+    );
+    let mac = link
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC in {link:?}"));
+    assert_ne!(mac, stale);
+    // The announcement is handled by the node's stack as the packet arrives: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let entry = sh("ip", &["neigh", "show", &next, "dev", &d.bridge]);
+        if entry.contains(mac) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node's entry for {next} still names {entry:?}, not the new pod's {mac}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for id in [first, second] {
+        stop_pod(&mut c, &id).await;
+        remove_pod(&mut c, &id).await;
+    }
+}

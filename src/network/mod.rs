@@ -7,6 +7,7 @@
 //! Only the lexically first configuration file is used, as containerd does by default. crust
 //! brings the loopback interface up itself, so no `loopback` plugin is needed in the list.
 
+mod announce;
 mod config;
 mod exec;
 #[cfg(any(test, fuzzing))]
@@ -208,7 +209,7 @@ impl Cni {
             }
         }
         let raw = prev.unwrap_or_else(|| serde_json::json!({"cniVersion": list.cni_version}));
-        CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
+        let result = CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
             plugin: list
                 .plugins
                 .last()
@@ -216,7 +217,9 @@ impl Cni {
                 .unwrap_or_default(),
             command: "ADD",
             msg,
-        })
+        })?;
+        announce::addresses(att, &result).await;
+        Ok(result)
     }
 
     /// Runs DEL through the list in reverse. Every plugin is called even if one fails (so that

@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub use nix::unistd::ForkResult;
 
+pub mod arp;
 pub mod userns;
 
 /// Opens a pidfd for `pid`: a handle that keeps naming this process even after the pid is reused,
