@@ -66,54 +66,79 @@ pub fn async_fd<T: OwnsFd>(fd: T) -> io::Result<tokio::io::unix::AsyncFd<T>> {
         .map_err(|e| io::Error::other(e.to_string()))
 }
 
-/// Drops this process's resident pages of executable code (the crust binary's text and its
-/// libraries'), and asks for them to be faulted back one page at a time instead of in 64 KiB
-/// batches. A long-lived, mostly idle process (the monitor) then holds only the code it runs
-/// again, not everything start-up touched. Code pages are clean copies of the files, so the
-/// kernel re-reads any page needed later; nothing is lost.
-pub fn trim_code_pages() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+/// Drops this process's resident pages of read-only file mappings: the executable code of the
+/// crust binary and its libraries, and their read-only data (constants, unwind tables, the
+/// relocation table the loader read once). A long-lived, mostly idle process (the monitor)
+/// then holds only the pages it touches again, not everything start-up or its last request
+/// touched. Such pages are clean copies of the files, so the kernel maps any page needed
+/// later back from the page cache (which the daemon, running the same code, keeps warm);
+/// nothing is lost. Never dropped: writable mappings and any mapping holding a page of the
+/// process's own (`Anonymous` in smaps), such as the relocated read-only-after-relocation data,
+/// whose copies the file does not have. The pages are also marked random-access, so a page
+/// that must come back from disk comes alone, without read-ahead. (The kernel still maps the
+/// cached pages around a faulting one, up to 64 KiB: each fault brings back several pages.)
+pub fn trim_file_pages() {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        let path = fields.nth(3).unwrap_or_default();
-        // Executable, private, file-backed mappings only: never data, heap, stack or [vdso].
-        if perms != "r-xp" || !path.starts_with('/') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
+    for (start, end) in droppable_mappings(&smaps) {
         for advice in [libc::MADV_RANDOM, libc::MADV_DONTNEED] {
-            // SAFETY: the range is exactly one read-only, executable file mapping of this
-            // process (from /proc/self/maps). Such pages are never written, so dropping them
-            // discards nothing: the next access re-reads the page from the file.
+            // SAFETY: the range is exactly one private, read-only file mapping of this process
+            // (from /proc/self/smaps) that holds no page of the process's own: every resident
+            // page is the file's, unmodified, and a read-only mapping cannot gain a modified one
+            // meanwhile. Dropping them discards nothing: the next access maps the file's page
+            // again.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
         }
     }
 }
 
+/// The address ranges `trim_file_pages` may drop, from the text of /proc/self/smaps.
+fn droppable_mappings(smaps: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    // The current mapping, while it still qualifies: its range.
+    let mut current: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(first), Some(second)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if let Some((start, end)) = first.split_once('-') {
+            // A mapping's header: `start-end perms offset dev inode [path]`.
+            out.extend(current.take());
+            let path = fields.nth(3).unwrap_or_default();
+            let read_only = second == "r-xp" || second == "r--p";
+            if read_only && path.starts_with('/') {
+                if let (Ok(start), Ok(end)) = (
+                    usize::from_str_radix(start, 16),
+                    usize::from_str_radix(end, 16),
+                ) {
+                    current = Some((start, end));
+                }
+            }
+        } else if first == "Anonymous:" && second != "0" {
+            current = None;
+        }
+    }
+    out.extend(current);
+    out
+}
+
 /// Keeps glibc's allocator from holding on to memory in a long-running daemon: at most two
 /// arenas (tokio's worker threads would otherwise each get one and keep it), and a fixed mmap
 /// threshold (glibc raises it after the first large free, so later large buffers land in
-/// arenas that are never returned).
+/// arenas that are never returned). The threshold is 512 KiB and the arenas keep up to 1 MiB
+/// free at their top (glibc's defaults: 128 KiB each): a relist of a full node answers some
+/// 150 KiB, whose buffer was otherwise mapped afresh and faulted in page by page (and its
+/// records' copies given back and taken again) once a second.
 pub fn tune_allocator() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes allocator parameters; called once at start, before the
     // runtime's threads exist.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 512 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1024 * 1024);
     }
 }
 
@@ -436,9 +461,11 @@ mod tests {
 }
 #[cfg(test)]
 mod trim_tests {
+    use super::droppable_mappings;
+
     #[test]
-    fn trimmed_code_is_marked_random_access() {
-        super::trim_code_pages();
+    fn trimmed_file_mappings_are_marked_random_access() {
+        super::trim_file_pages();
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut in_text = false;
         let mut marked = 0;
@@ -452,6 +479,31 @@ mod trim_tests {
             }
         }
         assert!(marked > 0);
+    }
+
+    #[test]
+    fn only_read_only_file_mappings_without_pages_of_their_own_are_dropped() {
+        let smaps = "\
+1000-3000 r--p 00000000 08:01 42 /usr/bin/crust
+Rss:                   8 kB
+Anonymous:             0 kB
+3000-5000 r-xp 00002000 08:01 42 /usr/bin/crust
+Anonymous:             0 kB
+5000-6000 r--p 00004000 08:01 42 /usr/bin/crust
+Anonymous:             4 kB
+6000-7000 rw-p 00005000 08:01 42 /usr/bin/crust
+Anonymous:             4 kB
+7000-8000 rw-p 00000000 00:00 0 [heap]
+Anonymous:             4 kB
+8000-9000 r-xp 00000000 00:00 0 [vdso]
+Anonymous:             0 kB
+9000-a000 r--p 00000000 08:01 43 /usr/lib/libc.so.6
+Anonymous:             0 kB
+";
+        assert_eq!(
+            droppable_mappings(smaps),
+            vec![(0x1000, 0x3000), (0x3000, 0x5000), (0x9000, 0xa000)]
+        );
     }
 }
 
