@@ -2,9 +2,9 @@
 //! the monitor forks runtime workers, and a fork is sound only while no other thread exists,
 //! so nothing here may start one (no `spawn_blocking`, no `tokio::fs`); `worker::spawn`
 //! checks. Tasks: one per control connection, one reaper reading SIGCHLD from a signalfd, one
-//! log relay per container output, one writer per subscriber, and the idle trim. This file reads requests
-//! and dispatches them to their handlers (`workloads.rs`, `exec.rs`, `interactive.rs`); the
-//! state they share is `state.rs`.
+//! log relay per container output, one writer per subscriber, and the idle trim. This file
+//! reads requests and dispatches them to their handlers (`workloads.rs`, `exec.rs`,
+//! `interactive.rs`); the state they share is `state.rs`.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -75,7 +75,13 @@ async fn serve(monitor: Rc<Monitor>, listener: std::os::unix::net::UnixListener)
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
                     monitor.activity.notify_one();
-                    tokio::task::spawn_local(connection(monitor.clone(), stream));
+                    let monitor = monitor.clone();
+                    tokio::task::spawn_local(async move {
+                        connection(monitor.clone(), stream).await;
+                        // The idle time counts from the end of a request, not its start: a
+                        // create or an ExecSync may outlast `IDLE`.
+                        monitor.activity.notify_one();
+                    });
                 }
             }
             () = monitor.stop.notified() => return 0,
@@ -104,13 +110,14 @@ fn start_reaper(monitor: Rc<Monitor>) -> std::io::Result<()> {
 }
 
 /// Once the monitor has had nothing to do for `IDLE` after some work, lets go of the pages
-/// that work brought in: the code and read-only data it ran (the first container's creation
-/// alone faults in some 5 MiB of crust's code, which an idle monitor never runs again) and
-/// the heap it freed. A monitor spends nearly all its life idle, so that is what it holds;
-/// the next request maps the code back from the page cache (an ExecSync after an idle
-/// second: some 65 more page faults, 0.3 ms more of the monitor's time; measured
-/// 2026-12-03). Between trims the task waits without a timer, so an idle monitor is never
-/// woken for this.
+/// that work brought in: the code and read-only data it ran (creating a container runs much
+/// of crust's code that an idle monitor never runs again) and the heap it freed. A monitor
+/// spends nearly all its life idle, so that is what it holds; the next request maps the code
+/// back from the page cache, which the daemon keeps warm. Work is a connection accepted or
+/// ended and a child reaped (`activity`); a connection that stays open (a subscriber, an
+/// interactive exec) does not hold the trim off. The trim runs on this one thread, between
+/// two tasks' steps, so no mapping changes under it (see `sys::trim_file_pages`). Between
+/// trims the task waits without a timer, so an idle monitor is never woken for this.
 async fn trim_when_idle(monitor: Rc<Monitor>) {
     loop {
         monitor.activity.notified().await;
