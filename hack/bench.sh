@@ -6,7 +6,13 @@
 # config (bridge + host-local + portmap, no per-pod masquerade).
 # Then containers (crust-bench-containers): create/start/stop/remove, ExecSync, a pod with a
 # container from nothing, the runtime's memory for a pod of five containers, exit to event, and
-# kubelet's relist with 110 pods of 3 containers; CONTAINER_ARGS passes options to it.
+# kubelet's relist with 110 pods of 3 containers (and what a relist is made of: the client's
+# decoding, two empty RPCs); CONTAINER_ARGS passes options to it.
+# Memory: RSS and PSS (/proc/<pid>/smaps_rollup: shared pages divided among the processes
+# sharing them) of the runtime's own processes for a pod (crust's monitor; containerd's shim
+# and pause), for 10 pods up together, a pod alone without containers and with five, each
+# container of it, and each pod of the relist's 110; MEMORY_ONLY=1 measures only the pod
+# alone, RELIST_ONLY=1 only the relist.
 # The exec round trip twice: through `crictl exec` and through crust-bench-containers' own
 # SPDY client (no crictl process start); EXEC_ONLY=1 measures only those two.
 # Port-forward throughput through that same client: 100 MiB into a pod's port and out of it
@@ -15,7 +21,7 @@
 # container's create and start, on crust alone; NRI_ONLY=1 measures only that. A pod with a
 # container from nothing is measured plain and in a user namespace of its own (hostUsers:
 # false); FROM_NOTHING_ONLY=1 measures only those two. The last lines compare crust with
-# containerd where both were measured.
+# containerd where both were measured: the pods from nothing, the relist, memory and streaming.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
@@ -23,11 +29,17 @@ EXEC_ONLY=${EXEC_ONLY:-}
 PORTFORWARD_ONLY=${PORTFORWARD_ONLY:-}
 FROM_NOTHING_ONLY=${FROM_NOTHING_ONLY:-}
 NRI_ONLY=${NRI_ONLY:-}
+MEMORY_ONLY=${MEMORY_ONLY:-}
+RELIST_ONLY=${RELIST_ONLY:-}
 [ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
 [ -n "$PORTFORWARD_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-port-forward"
 [ -n "$FROM_NOTHING_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-from-nothing"
+[ -n "$MEMORY_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-memory"
+[ -n "$RELIST_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-relist"
 # Only some container rows: no pod sandbox rows, no NRI.
-SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY
+SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY
+# Those without an exec round trip.
+NO_EXEC=$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
@@ -40,6 +52,7 @@ BIN=${BIN:-target/release}
 ctrd_pick
 
 W=$(mktemp -d /tmp/crust-bench.XXXXXX)
+: > "$W/rows"
 PIDS=()
 BRIDGE=crustbench0
 cleanup() {
@@ -125,10 +138,11 @@ CRUST_PID=$!
 wait_for "$W/crust/crust.sock"
 sleep 1
 if [ -z "$NRI_ONLY" ]; then
-  [ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust --daemon-pid "$CRUST_PID" "$@"
+  [ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$W/crust/crust.sock" --label crust \
+    --daemon-pid "$CRUST_PID" "$@" | tee -a "$W/rows"
   "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
-    --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee "$W/rows"
-  [ -n "$PORTFORWARD_ONLY$FROM_NOTHING_ONLY" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
+    --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
+  [ -n "$NO_EXEC" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
 fi
 [ -n "$SOME" ] || nri_cost
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
@@ -145,15 +159,24 @@ wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/pause.tar" >/dev/null
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/busybox.tar" >/dev/null
 sleep 1
-[ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd --daemon-pid "$CTRD_PID" "$@"
+[ -n "$SOME" ] || "$BIN/crust-bench" --endpoint "unix://$C/containerd.sock" --label containerd \
+  --daemon-pid "$CTRD_PID" "$@" | tee -a "$W/rows"
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
   --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
-[ -n "$PORTFORWARD_ONLY$FROM_NOTHING_ONLY" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
+[ -n "$NO_EXEC" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
 
-# crust against containerd on the pods from nothing and the streaming rows: the median time of
-# crust's over containerd's.
+# crust against containerd: the pods from nothing, the relist's median time, memory (RSS and PSS
+# medians), and the streaming rows, each as crust's figure over containerd's.
 awk '
+  # The words of a row, between the label and n=.
+  function what(line) { sub(/^[^ ]+ +/, "", line); sub(/ +n=.*/, "", line); return line }
+  function num(line, key) {
+    if (!match(line, key "= *[0-9.]+")) return ""
+    line = substr(line, RSTART, RLENGTH); sub(key "= *", "", line); return line
+  }
   /pod \+ container from nothing/ && / median=/ { k = ($0 ~ /userns/) ? "pod + container from nothing, userns" : "pod + container from nothing"; for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); fresh[$1, k] = v } }
+  / (rss|pss)= / { k = what($0); rss[$1, k] = num($0, "rss"); pss[$1, k] = num($0, "pss"); if (!(k in seen)) { seen[k] = 1; mem[++nmem] = k } }
+  /relist \(|relist: / { k = what($0); t[$1, k] = num($0, "median"); if (!(k in tseen)) { tseen[k] = 1; times[++ntimes] = k } }
   /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
   /port-forward .* (up|down) \((SPDY|WebSocket)\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1, $5 " " $6] = v } }
   END {
@@ -161,6 +184,16 @@ awk '
     for (k = 1; k <= 2; k++)
       if (fresh["crust", pods[k]] && fresh["containerd", pods[k]])
         printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", pods[k], fresh["crust", pods[k]], fresh["containerd", pods[k]], fresh["crust", pods[k]] / fresh["containerd", pods[k]]
+    for (i = 1; i <= ntimes; i++) {
+      c = t["crust", times[i]]; d = t["containerd", times[i]]
+      if (c && d)
+        printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", times[i], c, d, c / d
+    }
+    for (i = 1; i <= nmem; i++) {
+      k = mem[i]
+      if (pss["crust", k] != "" && pss["containerd", k] > 0)
+        printf "%-12s %-34s PSS crust %.2f MiB, containerd %.2f MiB: %.2fx; RSS %.2f, %.2f MiB: %.2fx\n", "ratio", k, pss["crust", k], pss["containerd", k], pss["crust", k] / pss["containerd", k], rss["crust", k], rss["containerd", k], rss["crust", k] / rss["containerd", k]
+    }
     if (ms["crust"] && ms["containerd"])
       printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", "Exec over SPDY (true)", ms["crust"], ms["containerd"], ms["crust"] / ms["containerd"]
     split("up (SPDY)|up (WebSocket)|down (SPDY)|down (WebSocket)", kinds, "|")

@@ -2,11 +2,13 @@
 //! lifecycle and prints medians and p95: CreateContainer, StartContainer, StopContainer,
 //! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
 //! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
-//! containers each, the memory a pod with five running containers costs the runtime, and how
+//! containers each, the memory (RSS and PSS) of the runtime's own processes for a pod alone,
+//! without containers and with five running ones, and for each pod of the relist, and how
 //! soon a GetContainerEvents subscriber hears of a container's exit. The pod from nothing is
 //! measured twice: as a plain pod, then as one with its own user namespace (`hostUsers:
 //! false`: a mapped range of host ids, the image's layers id-mapped). `--only-lifecycle` runs
-//! the first rows alone (the NRI comparison of hack/bench.sh).
+//! the first rows alone (the NRI comparison of hack/bench.sh); `--only-from-nothing`,
+//! `--only-memory` and `--only-relist` the pods from nothing, the memory rows and the relist.
 //!
 //! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
 //!   --image crust.bench/busybox:1
@@ -22,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use common::{report, report_mem, report_rate, rss_kib};
+use common::{
+    Mem, pod_mem_kib, processes, report, report_mem, report_mem_pss, report_rate, rss_kib,
+};
 use crust::cri::pb;
 use crust::cri::pb::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
@@ -48,6 +52,9 @@ struct Args {
     /// Running containers in each of those pods.
     #[arg(long, default_value_t = 3)]
     per_pod: usize,
+    /// Relists measured (each ListPodSandbox + ListContainers).
+    #[arg(long, default_value_t = 100)]
+    relists: usize,
     #[arg(long)]
     daemon_pid: Option<i32>,
     /// Execs of `true` over the streaming server (Exec RPC, SPDY stream, exit status).
@@ -72,6 +79,12 @@ struct Args {
     /// Measure only a pod with a container from nothing, plain and in a user namespace.
     #[arg(long)]
     only_from_nothing: bool,
+    /// Measure only the memory of a pod's own processes (alone, then with five containers).
+    #[arg(long)]
+    only_memory: bool,
+    /// Measure only the relist (and the memory of each of its pods).
+    #[arg(long)]
+    only_relist: bool,
     /// Which ways the port-forward transfers go.
     #[arg(long, value_delimiter = ',', default_value = "up,down")]
     port_forward_ways: Vec<String>,
@@ -99,6 +112,12 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only_from_nothing {
         return pods_from_nothing(&mut c, &args).await;
+    }
+    if args.only_memory {
+        return memory(&mut c, &args).await;
+    }
+    if args.only_relist {
+        return relist(&mut c, &args).await;
     }
     lifecycle(&mut c, &args).await?;
     stream_execs(&mut c, &args).await?;
@@ -334,24 +353,41 @@ async fn from_nothing(c: &mut Client, args: &Args, userns: Option<u32>) -> anyho
     Ok(())
 }
 
-/// A pod with five running containers: what the runtime's own processes for it hold.
+/// What the runtime's own processes for a pod hold (RSS and PSS), the pod alone on the runtime:
+/// without containers, then with five running ones; the difference divided by five is what
+/// each container costs them. Three pods one after another; medians.
 async fn memory(c: &mut Client, args: &Args) -> anyhow::Result<()> {
-    let pod = run_pod(c, "memory").await?;
-    for i in 0..5 {
-        let id = create_container(c, &pod, &format!("m{i}"), &args.image, SLEEPER).await?;
-        start_container(c, &id).await?;
+    let (mut empty, mut five, mut each) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..3 {
+        let pod = run_pod(c, &format!("memory-{round}")).await?;
+        settle().await;
+        let without = pod_mem_kib(&processes(), &pod.0);
+        for i in 0..5 {
+            let id = create_container(c, &pod, &format!("m{i}"), &args.image, SLEEPER).await?;
+            start_container(c, &id).await?;
+        }
+        settle().await;
+        let with = pod_mem_kib(&processes(), &pod.0);
+        empty.push(without);
+        five.push(with);
+        each.push(with.per(without, 5));
+        remove_pod(c, &pod).await?;
     }
-    // Let the runtime settle (crust's monitor drops start-up pages when idle).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    report_mem(
-        &args.label,
-        "runtime RSS for a pod, 5 containers",
-        &[runtime_rss_kib(&pod)],
-    );
-    remove_pod(c, &pod).await
+    report_mem_pss(&args.label, "pod alone, no containers", &empty);
+    report_mem_pss(&args.label, "pod alone, 5 containers", &five);
+    report_mem_pss(&args.label, "each container of that pod", &each);
+    Ok(())
 }
 
-/// kubelet's relist every second: ListPodSandbox + ListContainers, and ContainerStatus.
+/// Gives the runtime time to settle after a change, as a node's pods spend most of their
+/// life (crust's monitor lets go of the code it ran once it has been idle for a second).
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// kubelet's relist every second: ListPodSandbox + ListContainers, and ContainerStatus, with
+/// `--alive` pods of `--per-pod` running containers; then what a relist is made of (see
+/// `relist_parts`) and what each of those pods costs the runtime's processes.
 async fn relist(c: &mut Client, args: &Args) -> anyhow::Result<()> {
     let mut pods = Vec::new();
     let mut containers = Vec::new();
@@ -364,25 +400,49 @@ async fn relist(c: &mut Client, args: &Args) -> anyhow::Result<()> {
         }
         pods.push(pod);
     }
+    settle().await;
+    let answers = relists(c, args, &containers).await?;
+    if answers.0.items.len() < pods.len() || answers.1.containers.len() < containers.len() {
+        bail!(
+            "relist saw {} pods and {} containers",
+            answers.0.items.len(),
+            answers.1.containers.len()
+        );
+    }
+    relist_parts(c, args, &answers).await?;
+    // What each pod costs when the node is full: its processes share more pages then.
+    let all = processes();
+    let per_pod: Vec<Mem> = pods.iter().map(|p| pod_mem_kib(&all, &p.0)).collect();
+    let what = format!("each pod of {} x {}", pods.len(), args.per_pod);
+    report_mem_pss(&args.label, &what, &per_pod);
+    if let Some(pid) = args.daemon_pid {
+        let what = format!("daemon RSS, {} containers", containers.len());
+        report_mem(&args.label, &what, &[rss_kib(pid)?]);
+    }
+    for pod in &pods {
+        remove_pod(c, pod).await?;
+    }
+    Ok(())
+}
+
+type Relisted = (pb::ListPodSandboxResponse, pb::ListContainersResponse);
+
+/// `--relists` relists, each followed by a ContainerStatus; returns the last relist's answers.
+async fn relists(c: &mut Client, args: &Args, containers: &[String]) -> anyhow::Result<Relisted> {
     let (mut list, mut status) = (Vec::new(), Vec::new());
-    for round in 0..100 {
+    let mut last = Default::default();
+    for round in 0..args.relists {
         let t = Instant::now();
-        let n_pods = c
+        let pods = c
             .list_pod_sandbox(pb::ListPodSandboxRequest { filter: None })
             .await?
-            .into_inner()
-            .items
-            .len();
-        let n = c
+            .into_inner();
+        let listed = c
             .list_containers(pb::ListContainersRequest { filter: None })
             .await?
-            .into_inner()
-            .containers
-            .len();
+            .into_inner();
         list.push(t.elapsed());
-        if n_pods < pods.len() || n < containers.len() {
-            bail!("relist saw {n_pods} pods and {n} containers");
-        }
+        last = (pods, listed);
         let t = Instant::now();
         c.container_status(pb::ContainerStatusRequest {
             container_id: containers[round % containers.len()].clone(),
@@ -391,16 +451,37 @@ async fn relist(c: &mut Client, args: &Args) -> anyhow::Result<()> {
         .await?;
         status.push(t.elapsed());
     }
-    let what = format!("relist ({} pods x {})", pods.len(), args.per_pod);
+    let what = format!("relist ({} pods x {})", args.alive, args.per_pod);
     report(&args.label, &what, &list);
     report(&args.label, "ContainerStatus", &status);
-    if let Some(pid) = args.daemon_pid {
-        let what = format!("daemon RSS, {} containers", containers.len());
-        report_mem(&args.label, &what, &[rss_kib(pid)?]);
+    Ok(last)
+}
+
+/// What a relist is made of besides the runtime's own work: this client decoding the two
+/// answers (the same answers whatever the runtime, so the same time), and two RPCs that do
+/// nothing (Version), the cost of a round trip through gRPC, HTTP/2 and the socket.
+async fn relist_parts(c: &mut Client, args: &Args, answers: &Relisted) -> anyhow::Result<()> {
+    use prost::Message;
+    let (pods, containers) = (answers.0.encode_to_vec(), answers.1.encode_to_vec());
+    let (mut decode, mut empty) = (Vec::new(), Vec::new());
+    for _ in 0..args.relists {
+        let t = Instant::now();
+        let p = pb::ListPodSandboxResponse::decode(pods.as_slice())?;
+        let k = pb::ListContainersResponse::decode(containers.as_slice())?;
+        decode.push(t.elapsed());
+        drop((p, k));
+        let t = Instant::now();
+        c.version(pb::VersionRequest::default()).await?;
+        c.version(pb::VersionRequest::default()).await?;
+        empty.push(t.elapsed());
     }
-    for pod in &pods {
-        remove_pod(c, pod).await?;
-    }
+    let kib = (pods.len() + containers.len()) as f64 / 1024.0;
+    report(
+        &args.label,
+        &format!("relist: decoding its {kib:.0} KiB"),
+        &decode,
+    );
+    report(&args.label, "relist: two Version RPCs", &empty);
     Ok(())
 }
 
@@ -531,25 +612,4 @@ async fn start_container(c: &mut Client, id: &str) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
-}
-
-/// What the runtime's own processes for a pod hold: those naming the pod in their command
-/// line (crust's monitor and pod init; containerd's shim) or sitting in the sandbox's own
-/// cgroup (containerd's pause), not the containers' workloads.
-fn runtime_rss_kib(pod: &Pod) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let sandbox_cgroup = cgroup.lines().any(|l| {
-            l.ends_with(&format!("/{}", pod.0)) || l.ends_with(&format!("-{}.scope", pod.0))
-        });
-        if String::from_utf8_lossy(&cmdline).contains(&pod.0) || sandbox_cgroup {
-            total += rss_kib(pid).unwrap_or(0);
-        }
-    }
-    total
 }

@@ -1,6 +1,7 @@
 //! crust-bench: drives any CRI endpoint (crust, containerd, CRI-O) and prints the median and p95
-//! latency of each pod sandbox RPC, plus the memory a pod costs (RSS of the processes that carry
-//! its id in their command line or cgroup: crust's monitor; containerd's shim and pause).
+//! latency of each pod sandbox RPC, plus the memory a pod costs (RSS and PSS of the runtime's
+//! processes for it, those that carry its id in their command line or sit in its own cgroup:
+//! crust's monitor; containerd's shim and pause).
 //!
 //! crust-bench --endpoint unix:///run/crust/crust.sock --label crust --pods 30
 
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use common::{pod_rss_kib, report, report_mem, rss_kib};
+use common::{pod_mem_kib, processes, report, report_mem, report_mem_pss, rss_kib};
 use crust::cri::pb;
 use crust::cri::pb::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
@@ -134,8 +135,9 @@ async fn alive_phase(c: &mut RuntimeServiceClient<Channel>, args: &Args) -> anyh
         &format!("ListPodSandbox ({} pods)", ids.len()),
         &list,
     );
-    let per_pod: Vec<u64> = ids.iter().map(|id| pod_rss_kib(id)).collect();
-    report_mem(&args.label, "per-pod processes RSS", &per_pod);
+    let all = processes();
+    let per_pod: Vec<_> = ids.iter().map(|id| pod_mem_kib(&all, id)).collect();
+    report_mem_pss(&args.label, "pod's own processes, no containers", &per_pod);
     if let Some(pid) = args.daemon_pid {
         report_mem(
             &args.label,

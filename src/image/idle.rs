@@ -1,9 +1,9 @@
 //! Giving memory back after pulls. A pull runs several MiB of code the daemon does not run
 //! between pulls (HTTP, TLS, decompression, tar, hashing); once faulted in, those pages stay
 //! resident and the daemon's RSS stays ~3 MiB above idle for good. When no pull has run for
-//! `QUIET_AFTER`, their resident pages are dropped (`sys::trim_code_pages`: clean file pages,
-//! read back on the next pull). Waiting for a quiet spell keeps back-to-back pulls from paying
-//! the page faults again and again.
+//! `QUIET_AFTER`, their resident pages are dropped (`sys::trim_file_pages`: the clean file
+//! pages of crust's executable, read back on the next pull). Waiting for a quiet spell keeps
+//! back-to-back pulls from paying the page faults again and again.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,7 +57,7 @@ impl Drop for Busy {
         runtime.spawn(async move {
             tokio::time::sleep(QUIET_AFTER).await;
             if activity.quiet_since(epoch) {
-                crate::sys::trim_code_pages();
+                crate::sys::trim_file_pages();
                 crate::sys::release_free_heap();
                 tracing::debug!("no pull for {QUIET_AFTER:?}: dropped resident code pages");
             }

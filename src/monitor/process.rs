@@ -71,8 +71,6 @@ fn run(config: MonitorConfig) -> i32 {
         "monitor {} ready for sandbox {}",
         identity.pid, config.sandbox_id
     ));
-    // From here on the monitor idles in its loop: let go of the code only start-up needed.
-    sys::trim_code_pages();
     super::server::run(config, identity, listener, pod.init.take())
 }
 

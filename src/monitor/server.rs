@@ -2,9 +2,9 @@
 //! the monitor forks runtime workers, and a fork is sound only while no other thread exists,
 //! so nothing here may start one (no `spawn_blocking`, no `tokio::fs`); `worker::spawn`
 //! checks. Tasks: one per control connection, one reaper reading SIGCHLD from a signalfd, one
-//! log relay per container output, and one writer per subscriber. This file reads requests
-//! and dispatches them to their handlers (`workloads.rs`, `exec.rs`, `interactive.rs`); the
-//! state they share is `state.rs`.
+//! log relay per container output, one writer per subscriber, and the idle trim. This file
+//! reads requests and dispatches them to their handlers (`workloads.rs`, `exec.rs`,
+//! `interactive.rs`); the state they share is `state.rs`.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -26,6 +26,8 @@ use super::{Fault, Identity, MonitorConfig, Reply, Request, SOCKET};
 const MAX_REQUEST: usize = 1 << 20;
 /// Events a subscriber may fall behind by before it is cut off.
 const SUBSCRIBER_BACKLOG: usize = 1024;
+/// How long the monitor must have had nothing to do before it lets go of what it ran.
+const IDLE: Duration = Duration::from_secs(1);
 
 /// Runs the serving loop until a Shutdown request; returns the process exit code.
 pub fn run(
@@ -65,11 +67,21 @@ async fn serve(monitor: Rc<Monitor>, listener: std::os::unix::net::UnixListener)
         log(&format!("reaper: {e}"));
         return 1;
     }
+    // Start-up counts as work: the first trim comes once it is over.
+    monitor.activity.notify_one();
+    tokio::task::spawn_local(trim_when_idle(monitor.clone()));
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    tokio::task::spawn_local(connection(monitor.clone(), stream));
+                    monitor.activity.notify_one();
+                    let monitor = monitor.clone();
+                    tokio::task::spawn_local(async move {
+                        connection(monitor.clone(), stream).await;
+                        // The idle time counts from the end of a request, not its start: a
+                        // create or an ExecSync may outlast `IDLE`.
+                        monitor.activity.notify_one();
+                    });
                 }
             }
             () = monitor.stop.notified() => return 0,
@@ -97,8 +109,30 @@ fn start_reaper(monitor: Rc<Monitor>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Once the monitor has had nothing to do for `IDLE` after some work, lets go of the pages
+/// that work brought in: the code and read-only data it ran (creating a container runs much
+/// of crust's code that an idle monitor never runs again) and the heap it freed. A monitor
+/// spends nearly all its life idle, so that is what it holds; the next request maps the code
+/// back from the page cache, which the daemon keeps warm. Work is a connection accepted or
+/// ended and a child reaped (`activity`); a connection that stays open (a subscriber, an
+/// interactive exec) does not hold the trim off. The trim runs on this one thread, between
+/// two tasks' steps, so no mapping changes under it (see `sys::trim_file_pages`). Between
+/// trims the task waits without a timer, so an idle monitor is never woken for this.
+async fn trim_when_idle(monitor: Rc<Monitor>) {
+    loop {
+        monitor.activity.notified().await;
+        while tokio::time::timeout(IDLE, monitor.activity.notified())
+            .await
+            .is_ok()
+        {}
+        crate::sys::trim_file_pages();
+        crate::sys::release_free_heap();
+    }
+}
+
 /// Reaps what exited and records the exits of containers' processes.
 fn reap(monitor: &Monitor) {
+    monitor.activity.notify_one();
     for (id, status) in monitor.reap() {
         workloads::process_exited(monitor, &id, status);
     }

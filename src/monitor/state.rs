@@ -36,6 +36,9 @@ pub struct Monitor {
     creating: RefCell<HashMap<String, Rc<Notify>>>,
     /// Notified once a Shutdown has been answered: the serving loop ends.
     pub stop: Notify,
+    /// Notified whenever the monitor has work (a request, a child's exit): the idle trim
+    /// (`server.rs`) waits for it to stay quiet.
+    pub activity: Notify,
     /// OOM kills put down to this pod's containers so far (see `oom`): what the pod's
     /// hierarchical count holds besides a container whose own count vanished.
     pub oom_kills: Cell<u64>,
@@ -65,6 +68,7 @@ impl Monitor {
             subscribers: RefCell::default(),
             creating: RefCell::default(),
             stop: Notify::new(),
+            activity: Notify::new(),
             oom_kills: Cell::new(0),
         }
     }

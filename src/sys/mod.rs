@@ -67,41 +67,117 @@ pub fn async_fd<T: OwnsFd>(fd: T) -> io::Result<tokio::io::unix::AsyncFd<T>> {
         .map_err(|e| io::Error::other(e.to_string()))
 }
 
-/// Drops this process's resident pages of executable code (the crust binary's text and its
-/// libraries'), and asks for them to be faulted back one page at a time instead of in 64 KiB
-/// batches. A long-lived, mostly idle process (the monitor) then holds only the code it runs
-/// again, not everything start-up touched. Code pages are clean copies of the files, so the
-/// kernel re-reads any page needed later; nothing is lost.
-pub fn trim_code_pages() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+/// Drops this process's resident pages of read-only file mappings: the executable code of the
+/// crust binary and its libraries, and their read-only data (constants, unwind tables, the
+/// relocation table the loader read once). A long-lived, mostly idle process (the monitor)
+/// then holds only the pages it touches again, not everything start-up or its last request
+/// touched. Such pages are clean copies of the files, so the kernel maps any page needed
+/// later back from the page cache (which the daemon, running the same code, keeps warm);
+/// nothing is lost. Never dropped: writable mappings, and any mapping holding a page of the
+/// process's own, resident (`Anonymous` in smaps) or swapped out (`Swap`), such as the
+/// relocated read-only-after-relocation data, whose copies the file does not have.
+///
+/// The list of mappings is read before the pages are dropped, so it must still hold then. In
+/// a process of one thread (the monitor) it does: only the caller could change a mapping. With
+/// other threads running (the daemon) it may not: a thread loading a library (glibc's NSS
+/// modules) first reserves the whole file as one read-only mapping, then maps its writable
+/// segment over part of it and relocates that, so a range listed read-only and clean may hold
+/// written data a moment later. There only the executable's own mappings are dropped: the
+/// kernel and the loader set them up before `main`, and nothing maps over them or unmaps them.
+///
+/// The pages are also marked random-access, so a page that must come back from disk comes
+/// alone, without read-ahead. (The kernel still maps the cached pages around a faulting one,
+/// up to 64 KiB: each fault brings back several pages.)
+pub fn trim_file_pages() {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
+    let only = if single_threaded() {
+        None
+    } else {
+        // Not knowing which file is the executable, nothing is dropped.
+        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+            return;
         };
-        let path = fields.nth(3).unwrap_or_default();
-        // Executable, private, file-backed mappings only: never data, heap, stack or [vdso].
-        if perms != "r-xp" || !path.starts_with('/') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
+        Some(exe.to_string_lossy().into_owned())
+    };
+    for (start, end) in droppable_mappings(&smaps, only.as_deref()) {
         for advice in [libc::MADV_RANDOM, libc::MADV_DONTNEED] {
-            // SAFETY: the range is exactly one read-only, executable file mapping of this
-            // process (from /proc/self/maps). Such pages are never written, so dropping them
-            // discards nothing: the next access re-reads the page from the file.
+            // SAFETY: the range is exactly one private, read-only file mapping of this process
+            // (from /proc/self/smaps) that holds no page of the process's own, resident or
+            // swapped: every page it maps is the file's, unmodified. It is still that mapping:
+            // either no other thread exists, or it is the executable's, which nothing remaps
+            // (see above). Dropping the pages discards nothing: the next access maps the file's
+            // page again.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
         }
     }
+}
+
+/// Whether the calling thread is the process's only one (`Threads:` in /proc/self/status).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .is_some_and(|n| n.trim() == "1")
+    })
+}
+
+/// The address ranges `trim_file_pages` may drop, from the text of /proc/self/smaps; with
+/// `only`, those of that file alone.
+fn droppable_mappings(smaps: &str, only: Option<&str>) -> Vec<(usize, usize)> {
+    /// A read-only file mapping being read, and what its lines said so far.
+    struct Candidate {
+        range: (usize, usize),
+        /// `Anonymous` and `Swap` were seen, at zero: a mapping is dropped only on their word.
+        clean: [bool; 2],
+    }
+    let mut out = Vec::new();
+    let mut current: Option<Candidate> = None;
+    let mut done = |current: Option<Candidate>| {
+        if let Some(c) = current.filter(|c| c.clean == [true, true]) {
+            out.push(c.range);
+        }
+    };
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(first), Some(second)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if let Some(field) = first.strip_suffix(':') {
+            let slot = match field {
+                "Anonymous" => 0,
+                "Swap" => 1,
+                _ => continue,
+            };
+            match (&mut current, second) {
+                (Some(c), "0") => c.clean[slot] = true,
+                _ => current = None,
+            }
+            continue;
+        }
+        // A mapping's header: `start-end perms offset dev inode [path]`; the path is the rest
+        // of the line, from its first '/' (the fields before it have none).
+        done(current.take());
+        let path = line.find('/').map(|at| &line[at..]);
+        let wanted = path.is_some_and(|p| only.is_none_or(|only| p == only));
+        if !wanted || !matches!(second, "r-xp" | "r--p") {
+            continue;
+        }
+        let range = first.split_once('-').and_then(|(start, end)| {
+            Some((
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+            ))
+        });
+        current = range.map(|range| Candidate {
+            range,
+            clean: [false; 2],
+        });
+    }
+    done(current);
+    out
 }
 
 /// Keeps glibc's allocator from holding on to memory in a long-running daemon: at most two
@@ -437,22 +513,91 @@ mod tests {
 }
 #[cfg(test)]
 mod trim_tests {
+    use super::droppable_mappings;
+
     #[test]
-    fn trimmed_code_is_marked_random_access() {
-        super::trim_code_pages();
+    fn the_executables_trimmed_code_is_marked_random_access() {
+        // With the harness's threads or without, the executable's mappings are trimmed.
+        super::trim_file_pages();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap();
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut in_text = false;
         let mut marked = 0;
         for line in smaps.lines() {
-            let is_header = line.split_whitespace().nth(1).is_some_and(|p| p.len() == 4);
+            // A field's line starts with its name and a colon; a mapping's does not.
+            let is_header = line
+                .split_whitespace()
+                .next()
+                .is_some_and(|f| !f.ends_with(':'));
             if is_header {
-                in_text = line.contains(" r-xp ") && line.contains('/');
+                in_text = line.contains(" r-xp ") && line.ends_with(exe);
             } else if in_text && line.starts_with("VmFlags:") {
                 assert!(line.contains(" rr"), "{line}");
                 marked += 1;
             }
         }
         assert!(marked > 0);
+    }
+
+    const SMAPS: &str = "\
+1000-3000 r--p 00000000 08:01 42                         /usr/bin/crust
+Rss:                   8 kB
+Anonymous:             0 kB
+Swap:                  0 kB
+VmFlags: rd mr mw me sd
+3000-5000 r-xp 00002000 08:01 42                         /usr/bin/crust
+Anonymous:             0 kB
+Swap:                  0 kB
+5000-6000 r--p 00004000 08:01 42                         /usr/bin/crust
+Anonymous:             4 kB
+Swap:                  0 kB
+6000-7000 rw-p 00005000 08:01 42                         /usr/bin/crust
+Anonymous:             4 kB
+Swap:                  0 kB
+7000-8000 rw-p 00000000 00:00 0                          [heap]
+Anonymous:             4 kB
+Swap:                  0 kB
+8000-9000 r-xp 00000000 00:00 0                          [vdso]
+Anonymous:             0 kB
+Swap:                  0 kB
+9000-a000 r--p 00000000 08:01 43                         /usr/lib/libc.so.6
+Anonymous:             0 kB
+Swap:                  0 kB
+a000-b000 r--p 00001000 08:01 43                         /usr/lib/libc.so.6
+Anonymous:             0 kB
+Swap:                  4 kB
+b000-c000 r--p 00000000 08:01 44                         /usr/lib/no fields.so
+c000-d000 r--p 00000000 08:01 45                         /usr/lib/libgcc_s.so.1
+Anonymous:             0 kB
+Swap:                  0 kB
+";
+
+    #[test]
+    fn only_read_only_file_mappings_without_pages_of_their_own_are_dropped() {
+        // Not the one with an anonymous page, nor the one with a swapped-out page, nor one
+        // whose smaps said neither.
+        assert_eq!(
+            droppable_mappings(SMAPS, None),
+            vec![
+                (0x1000, 0x3000),
+                (0x3000, 0x5000),
+                (0x9000, 0xa000),
+                (0xc000, 0xd000)
+            ]
+        );
+    }
+
+    #[test]
+    fn with_other_threads_only_the_executables_mappings_are_dropped() {
+        assert_eq!(
+            droppable_mappings(SMAPS, Some("/usr/bin/crust")),
+            vec![(0x1000, 0x3000), (0x3000, 0x5000)]
+        );
+        assert_eq!(
+            droppable_mappings(SMAPS, Some("/usr/lib/no fields.so")),
+            vec![]
+        );
     }
 }
 

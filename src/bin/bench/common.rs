@@ -45,20 +45,118 @@ pub fn rss_kib(pid: i32) -> anyhow::Result<u64> {
         .context("no VmRSS")
 }
 
-/// RSS of every process whose command line or cgroup names the sandbox.
-pub fn pod_rss_kib(id: &str) -> u64 {
-    let mut total = 0;
+/// Resident memory of one or more processes, in KiB: RSS counts every page a process maps in
+/// full (a page shared by ten processes is counted ten times), PSS divides each page among the
+/// processes that map it, so PSS adds up to what the processes cost the machine.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Mem {
+    pub rss: u64,
+    pub pss: u64,
+}
+
+impl std::ops::Add for Mem {
+    type Output = Mem;
+    fn add(self, o: Mem) -> Mem {
+        Mem {
+            rss: self.rss + o.rss,
+            pss: self.pss + o.pss,
+        }
+    }
+}
+
+impl Mem {
+    /// What `self` holds beyond `base`, divided among `n` (the cost of each of n things).
+    pub fn per(self, base: Mem, n: u64) -> Mem {
+        Mem {
+            rss: self.rss.saturating_sub(base.rss) / n.max(1),
+            pss: self.pss.saturating_sub(base.pss) / n.max(1),
+        }
+    }
+}
+
+/// RSS and PSS of `pid`, from /proc/<pid>/smaps_rollup.
+pub fn mem_kib(pid: i32) -> anyhow::Result<Mem> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let field = |name: &str| {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .with_context(|| format!("no {name} in smaps_rollup of {pid}"))
+    };
+    Ok(Mem {
+        rss: field("Rss:")?,
+        pss: field("Pss:")?,
+    })
+}
+
+/// Medians of RSS and PSS, in MiB.
+pub fn report_mem_pss(label: &str, what: &str, samples: &[Mem]) {
+    if samples.is_empty() {
+        return;
+    }
+    let median = |f: fn(&Mem) -> u64| {
+        let mut v: Vec<f64> = samples.iter().map(|m| f(m) as f64 / 1024.0).collect();
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 0.5)
+    };
+    println!(
+        "{label:<12} {what:<34} n={:<4} rss={:>7.2} MiB pss={:>7.2} MiB",
+        samples.len(),
+        median(|m| m.rss),
+        median(|m| m.pss)
+    );
+}
+
+/// One process as `runtime_processes` looks at it.
+pub struct Proc {
+    pub pid: i32,
+    cmdline: String,
+    cgroups: Vec<String>,
+}
+
+/// Every process now, with its command line and cgroups.
+pub fn processes() -> Vec<Proc> {
+    let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(id) || cgroup.contains(id) {
-            total += rss_kib(pid).unwrap_or(0);
-        }
+        out.push(Proc {
+            pid,
+            cmdline: String::from_utf8_lossy(&cmdline).into_owned(),
+            cgroups: cgroup
+                .lines()
+                .filter_map(|l| Some(l.splitn(3, ':').nth(2)?.to_owned()))
+                .collect(),
+        });
     }
-    total
+    out
+}
+
+/// The runtime's own processes for pod `id`, not its containers' workloads: those naming the pod
+/// in their command line (crust's monitor; containerd's shim) or sitting in the pod's own
+/// cgroup (containerd's pause, `.../<id>` or `...-<id>.scope`; crust's monitor and pod init,
+/// `.../crust-<id>/monitor`). A container's cgroup is below the pod's and named after the
+/// container, so its processes are not counted.
+pub fn runtime_processes<'a>(all: &'a [Proc], id: &'a str) -> impl Iterator<Item = i32> + 'a {
+    let own = move |path: &str| {
+        let path = path.strip_suffix("/monitor").unwrap_or(path);
+        let path = path.strip_suffix(".scope").unwrap_or(path);
+        path.ends_with(id)
+    };
+    all.iter()
+        .filter(move |p| p.cmdline.contains(id) || p.cgroups.iter().any(|c| own(c)))
+        .map(|p| p.pid)
+}
+
+/// RSS and PSS of the runtime's own processes for pod `id` (see `runtime_processes`).
+pub fn pod_mem_kib(all: &[Proc], id: &str) -> Mem {
+    runtime_processes(all, id)
+        .filter_map(|pid| mem_kib(pid).ok())
+        .fold(Mem::default(), |a, b| a + b)
 }
 
 /// Throughputs of `samples` moving `bytes` each; the median's time against `baseline`'s median
