@@ -170,15 +170,7 @@ async fn a_container_half_created_when_the_daemon_died_is_all_there_or_all_gone(
 #[tokio::test(flavor = "multi_thread")]
 async fn recovery_releases_a_half_created_container_only_once_its_monitor_is_done() {
     let mut e = Env::start().await;
-    let fp = e.d.dir.join("failpoints");
-    std::fs::create_dir_all(&fp).unwrap();
-    let marker = |s: &str| fp.join(format!("monitor.create.before_worker.{s}"));
-    e.d.kill9();
-    e.d.launch_with(&[
-        ("CRUST_FAILPOINT", "monitor.create.before_worker:pause"),
-        ("CRUST_FAILPOINT_DIR", fp.to_str().unwrap()),
-    ]);
-    e.c = e.d.client().await;
+    let marker = e.relaunch_paused_at("monitor.create.before_worker").await;
     let pod = e.pod("held").await;
     let mut c = e.d.client().await;
     let (id, sandbox) = (pod.0.clone(), pod.1.clone());
@@ -330,15 +322,7 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removal_returns_before_its_reclaim_which_the_pods_removal_waits_for() {
     let mut e = Env::start().await;
-    let fp = e.d.dir.join("failpoints");
-    std::fs::create_dir_all(&fp).unwrap();
-    let marker = |s: &str| fp.join(format!("container.reclaim.started.{s}"));
-    e.d.kill9();
-    e.d.launch_with(&[
-        ("CRUST_FAILPOINT", "container.reclaim.started:pause"),
-        ("CRUST_FAILPOINT_DIR", fp.to_str().unwrap()),
-    ]);
-    e.c = e.d.client().await;
+    let marker = e.relaunch_paused_at("container.reclaim.started").await;
     let pod = e.pod("deferred").await;
     let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
     e.stop(&id, 0).await;

@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::forward::{crictl_forward, echo_in_netns, round_trip};
+use common::forward::{crictl_forward, echo_in_netns, round_trip, serve_in_netns};
 use common::*;
 use crust::cri::pb;
 use crust::stream::spdy::headers::HeaderBlock;
@@ -324,19 +324,10 @@ async fn port_forward_needs_a_ready_pod() {
 /// A discard server inside the namespace pinned at `pin`: reads each connection to its end,
 /// then answers the byte count (8 bytes, big-endian).
 fn counter_in_netns(pin: PathBuf) -> u16 {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let ns = std::fs::File::open(&pin).unwrap();
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        tx.send(l.local_addr().unwrap().port()).unwrap();
-        for conn in l.incoming().take(100) {
-            let Ok(mut conn) = conn else { continue };
-            let n = std::io::copy(&mut conn, &mut std::io::sink()).unwrap_or(0);
-            let _ = conn.write_all(&n.to_be_bytes());
-        }
-    });
-    rx.recv().unwrap()
+    serve_in_netns(pin, 100, |mut conn| {
+        let n = std::io::copy(&mut conn, &mut std::io::sink()).unwrap_or(0);
+        let _ = conn.write_all(&n.to_be_bytes());
+    })
 }
 
 /// Sends `total` bytes to a counter server through `connect()` and returns MiB/s.

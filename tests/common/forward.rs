@@ -9,27 +9,33 @@ use std::time::Duration;
 
 use super::{Daemon, tools};
 
-/// An echo server on 127.0.0.1 inside the namespace pinned at `pin`; answers `port`.
-pub fn echo_in_netns(pin: PathBuf) -> u16 {
+/// A server on 127.0.0.1 inside the namespace pinned at `pin`, serving each of its first
+/// `limit` connections with `serve` on a thread of its own; answers its port.
+pub fn serve_in_netns(pin: PathBuf, limit: usize, serve: fn(TcpStream)) -> u16 {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let ns = std::fs::File::open(&pin).unwrap();
         nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         tx.send(l.local_addr().unwrap().port()).unwrap();
-        for conn in l.incoming().take(1000) {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 16 * 1024];
-                while let Ok(n) = conn.read(&mut buf) {
-                    if n == 0 || conn.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
+        for conn in l.incoming().take(limit) {
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || serve(conn));
         }
     });
     rx.recv().unwrap()
+}
+
+/// An echo server on 127.0.0.1 inside the namespace pinned at `pin`; answers its port.
+pub fn echo_in_netns(pin: PathBuf) -> u16 {
+    serve_in_netns(pin, 1000, |mut conn| {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = conn.read(&mut buf) {
+            if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    })
 }
 
 /// Sends `data` through a forwarded connection and reads the echo back.

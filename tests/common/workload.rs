@@ -72,6 +72,21 @@ pub struct Env {
 }
 
 impl Env {
+    /// Restarts the daemon with the failpoint `name` set to pause; returns what names its
+    /// marker files in the failpoint directory (`marker("reached")`, `marker("release")`).
+    pub async fn relaunch_paused_at(&mut self, name: &str) -> impl Fn(&str) -> PathBuf + use<> {
+        let dir = self.d.dir.join("failpoints");
+        std::fs::create_dir_all(&dir).unwrap();
+        self.d.kill9();
+        self.d.launch_with(&[
+            ("CRUST_FAILPOINT", &format!("{name}:pause")),
+            ("CRUST_FAILPOINT_DIR", dir.to_str().unwrap()),
+        ]);
+        self.c = self.d.client().await;
+        let name = name.to_owned();
+        move |s: &str| dir.join(format!("{name}.{s}"))
+    }
+
     pub async fn start() -> Env {
         Env::start_with(|_| {}).await
     }
