@@ -438,12 +438,7 @@ async fn a_device_that_cannot_be_given_refuses_the_container_and_makes_nothing()
         for part in expected {
             assert!(msg.contains(&part), "{name}: {part} in {msg}");
         }
-        let listed =
-            e.c.list_containers(pb::ListContainersRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .containers;
+        let listed = e.listed().await;
         assert!(listed.is_empty(), "{name}: {listed:?}");
         assert_eq!(e.container_leftovers(), Vec::<String>::new(), "{name}");
     }

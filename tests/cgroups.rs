@@ -631,8 +631,7 @@ async fn the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_remova
 
     e.d.kill9();
     assert!(alive(pid), "a daemon crash does not touch containers");
-    e.d.launch();
-    e.c = e.d.client().await;
+    e.relaunch().await;
 
     // Recovered: running, same process, still in its scope, which systemd still runs.
     let s = e.status(&id).await;

@@ -122,8 +122,7 @@ async fn an_exit_during_a_daemon_restart_reaches_the_reconnecting_subscriber() {
         .await;
     e.d.kill9();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    e.d.launch();
-    e.c = e.d.client().await;
+    e.relaunch().await;
     let mut events = subscribe(&e).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

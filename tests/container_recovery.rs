@@ -41,8 +41,7 @@ async fn containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill() {
     // The quitter exits while no daemon runs; the ticker keeps logging.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(alive(pid), "a daemon crash does not touch containers");
-    e.d.launch();
-    e.c = e.d.client().await;
+    e.relaunch().await;
 
     let s = e.status(&ticker).await;
     assert_eq!(s.state, pb::ContainerState::ContainerRunning as i32);
@@ -76,14 +75,7 @@ async fn containers_keep_running_and_exits_are_kept_across_a_daemon_sigkill() {
     );
     e.stop(&ticker, 0).await;
     assert!(!alive(pid));
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.end_pod(&pod.0).await;
 }
 
 #[tokio::test]
@@ -107,14 +99,8 @@ async fn a_container_half_created_when_the_daemon_died_is_all_there_or_all_gone(
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         e.d.kill9();
         let _ = create.await;
-        e.d.launch();
-        e.c = e.d.client().await;
-        let listed =
-            e.c.list_containers(pb::ListContainersRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .containers;
+        e.relaunch().await;
+        let listed = e.listed().await;
         let here: Vec<&pb::Container> = listed
             .iter()
             .filter(|c| c.metadata.as_ref().unwrap().name == name)
@@ -148,14 +134,7 @@ async fn a_container_half_created_when_the_daemon_died_is_all_there_or_all_gone(
         let again = e.create(&pod, e.config(&name, &["sleep", "600"])).await;
         assert_eq!(again.is_ok(), here.is_empty(), "{again:?}");
     }
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.end_pod(&pod.0).await;
 }
 
 /// The daemon killed while the pod's monitor creates a container, with the creation held open
@@ -210,12 +189,7 @@ async fn recovery_releases_a_half_created_container_only_once_its_monitor_is_don
         "the creation ended before the daemon served"
     );
     e.c = e.d.client().await;
-    let listed =
-        e.c.list_containers(pb::ListContainersRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .containers;
+    let listed = e.listed().await;
     assert!(listed.is_empty(), "rolled back: {listed:?}");
     assert!(
         e.container_leftovers().is_empty(),
@@ -225,14 +199,7 @@ async fn recovery_releases_a_half_created_container_only_once_its_monitor_is_don
     // The name is free, and the pod works: a container made now runs.
     let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
     assert_eq!(e.sh(&id, "echo whole").await, "whole\n");
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.end_pod(&pod.0).await;
 }
 
 /// A rollback at start that fails (here: a mount left inside the container's directory, so it
@@ -262,14 +229,8 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     )
     .unwrap();
     let _ = e.d.child.take().map(|mut c| c.wait());
-    e.d.launch();
-    e.c = e.d.client().await;
-    let listed =
-        e.c.list_containers(pb::ListContainersRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .containers;
+    e.relaunch().await;
+    let listed = e.listed().await;
     assert_eq!(listed.len(), 1, "kept listed: {listed:?}");
     let s = e.status(&listed[0].id).await;
     assert_eq!(s.state, pb::ContainerState::ContainerExited as i32);
@@ -336,12 +297,7 @@ async fn a_removal_returns_before_its_reclaim_which_the_pods_removal_waits_for()
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
-    let listed =
-        e.c.list_containers(pb::ListContainersRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .containers;
+    let listed = e.listed().await;
     assert!(listed.is_empty(), "{listed:?}");
     let left = e.leftovers_of(&id);
     for what in ["mount ", "cgroup ", "image hold "] {
@@ -442,28 +398,15 @@ async fn a_removal_killed_during_its_reclaim_is_finished_at_the_next_start() {
                 "{point}: {what}still there at the kill: {left:?}"
             );
         }
-        e.d.launch();
-        e.c = e.d.client().await;
-        let listed =
-            e.c.list_containers(pb::ListContainersRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
-                .containers;
+        e.relaunch().await;
+        let listed = e.listed().await;
         assert!(listed.is_empty(), "{point}: listed again: {listed:?}");
         e.wait_reclaimed(&id).await;
         // The name is free: the next round makes a container of the same name.
     }
     let id = e.run(&pod, e.config("c", &["sleep", "600"])).await;
     assert_eq!(e.sh(&id, "echo whole").await, "whole\n");
-    stop_pod(&mut e.c, &pod.0).await;
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.end_pod(&pod.0).await;
 }
 
 /// Polls `ready` until it holds, failing after 60 s with `what`.

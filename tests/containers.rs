@@ -157,10 +157,11 @@ async fn a_failed_reclaim_stays_visible_and_the_pods_removal_retries_it() {
     nix::mount::mount(tmpfs, &blocker, tmpfs, flags, None::<&str>).unwrap();
     e.remove(&id).await;
     wait_for(|| dir.join("RELEASE_FAILED").exists()).await;
+    let state = e.d.state.clone();
     let check = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
             .args(["check", "--state"])
-            .arg(&e.d.state)
+            .arg(&state)
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -181,13 +182,7 @@ async fn a_failed_reclaim_stays_visible_and_the_pods_removal_retries_it() {
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(err.message().contains(&id), "names the container: {err:?}");
     nix::mount::umount2(&blocker, nix::mount::MntFlags::MNT_DETACH).unwrap();
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.remove_pod_leaving_nothing(&pod.0).await;
     let said = check();
     assert!(
         said.lines()
@@ -574,13 +569,7 @@ async fn bad_requests_get_the_right_code_and_name_the_problem() {
         e.status(&id).await.state,
         pb::ContainerState::ContainerExited as i32
     );
-    remove_pod(&mut e.c, &pod.0).await;
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
-    e.d.assert_clean();
+    e.remove_pod_leaving_nothing(&pod.0).await;
 }
 
 async fn wait_for(mut ok: impl FnMut() -> bool) {

@@ -219,7 +219,6 @@ async fn a_healthy_pod_then_a_stopped_container_then_a_dead_daemon() {
         out.contains("crust is not running: this report is read from its records alone"),
         "{out}"
     );
-    e.d.launch();
-    e.c = e.d.client().await;
+    e.relaunch().await;
     e.stop(&second, 0).await;
 }

@@ -351,12 +351,7 @@ async fn two_plugins_setting_one_field_fail_the_creation_naming_both_and_leak_no
         msg.contains("20-second") && msg.contains("10-first") && msg.contains("MemLimit"),
         "{msg}"
     );
-    let listed =
-        e.c.list_containers(pb::ListContainersRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .containers;
+    let listed = e.listed().await;
     assert!(listed.is_empty(), "{listed:?}");
     assert!(
         e.container_leftovers().is_empty(),

@@ -226,19 +226,7 @@ async fn a_pod_s_root_is_an_unprivileged_range_of_host_ids() {
     assert!(stats.memory.unwrap().working_set_bytes.unwrap().value > 0);
     stop_pod(&mut e.c, &plain.0).await;
     remove_pod(&mut e.c, &plain.0).await;
-    end_pod(&mut e, &pod.0).await;
-}
-
-/// Stops and removes a pod, and checks that nothing of it is left on the node.
-async fn end_pod(e: &mut Env, id: &str) {
-    stop_pod(&mut e.c, id).await;
-    remove_pod(&mut e.c, id).await;
-    e.d.assert_clean();
-    assert!(
-        e.container_leftovers().is_empty(),
-        "{:?}",
-        e.container_leftovers()
-    );
+    e.end_pod(&pod.0).await;
 }
 
 /// Waits until the container's log holds `n` records equal to `want`, spaces aside.
@@ -379,7 +367,7 @@ async fn volumes_with_the_pod_s_mappings_are_id_mapped() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("userns_options"), "{err:?}");
 
-    end_pod(&mut e, &pod.0).await;
+    e.end_pod(&pod.0).await;
     assert!(
         !e.d.mounts().iter().any(|m| m.contains("/idmap/")),
         "id-mapped mounts left: {:?}",
@@ -420,8 +408,7 @@ async fn the_pod_lives_through_a_daemon_kill_and_leaves_nothing() {
         assert_ne!(r.exit_code, 0, "`{probe}` in the pod reached its init");
     }
     e.d.kill9();
-    e.d.launch();
-    e.c = e.d.client().await;
+    e.relaunch().await;
     let (status, info) = status(&mut e.c, &pod.0).await;
     assert_eq!(status.state, pb::PodSandboxState::SandboxReady as i32);
     assert!(info["namespaces"]["user"].is_string(), "{info}");
@@ -451,7 +438,7 @@ async fn the_pod_lives_through_a_daemon_kill_and_leaves_nothing() {
     assert_eq!(s.reason, "OOMKilled", "{s:?}");
 
     e.stop(&id, 0).await;
-    end_pod(&mut e, &pod.0).await;
+    e.end_pod(&pod.0).await;
     assert!(exited(pid as i32), "the container's process is gone");
 }
 
@@ -490,7 +477,7 @@ async fn requests_that_break_a_user_namespace_are_refused() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("has none"), "{err:?}");
     // Nothing of the refused pods is left.
-    end_pod(&mut e, &pod.0).await;
+    e.end_pod(&pod.0).await;
 }
 
 #[tokio::test]
@@ -519,5 +506,5 @@ async fn a_node_that_cannot_give_user_namespaces_says_why() {
     }
     // Pods in the node's user namespace run as before.
     let pod = e.pod("plain").await;
-    end_pod(&mut e, &pod.0).await;
+    e.end_pod(&pod.0).await;
 }

@@ -354,6 +354,41 @@ impl Env {
         }
     }
 
+    /// Stops and removes pod `id`, and checks that nothing of it or its containers is left
+    /// on the node.
+    pub async fn end_pod(&mut self, id: &str) {
+        super::stop_pod(&mut self.c, id).await;
+        self.remove_pod_leaving_nothing(id).await;
+    }
+
+    /// Removes pod `id` (stopping it as RemovePodSandbox does), and checks that nothing of it
+    /// or its containers is left on the node.
+    pub async fn remove_pod_leaving_nothing(&mut self, id: &str) {
+        super::remove_pod(&mut self.c, id).await;
+        assert!(
+            self.container_leftovers().is_empty(),
+            "{:?}",
+            self.container_leftovers()
+        );
+        self.d.assert_clean();
+    }
+
+    /// The containers ListContainers answers, unfiltered.
+    pub async fn listed(&mut self) -> Vec<pb::Container> {
+        self.c
+            .list_containers(pb::ListContainersRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .containers
+    }
+
+    /// Starts the daemon again (after a kill) and connects to it.
+    pub async fn relaunch(&mut self) {
+        self.d.launch();
+        self.c = self.d.client().await;
+    }
+
     /// What is left of containers: writable layers, state, runtime state.
     pub fn container_leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
