@@ -52,6 +52,9 @@ BIN=${BIN:-target/release}
 ctrd_pick
 
 W=$(mktemp -d /tmp/crust-bench.XXXXXX)
+# Searchable by others, as a node's /var/lib and /run are: the processes of a pod in a user
+# namespace are nobody on the node and pass through it to their files (both runtimes need it).
+chmod 0711 "$W"
 : > "$W/rows"
 PIDS=()
 BRIDGE=crustbench0
