@@ -27,6 +27,14 @@ KUBELET=$(hack/build-tools.sh kubelet)/kubelet
 . hack/containerd-peer.sh
 ctrd_pick
 
+# The node's address for kubelet (--node-ip). Without it a standalone kubelet looks its node name
+# up in DNS each time it builds its node object, which it does in every sync of a static pod
+# (to decide on a mirror pod); where that lookup waits for its timeout (5 s, offline) every pod
+# worker waits with it, and the figures measure DNS, not the runtime.
+NODE_IP=$(ip -4 -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk '{ split($4, a, "/"); print a[1]; exit }')
+[ -n "$NODE_IP" ] || { echo "no global IPv4 address on this machine for kubelet's --node-ip" >&2; exit 1; }
+
 W=$(mktemp -d /tmp/crust-bench-kubelet.XXXXXX)
 PIDS=()
 BRIDGE=crustbenchk0
@@ -105,7 +113,7 @@ YAML
   unshare --mount --propagation slave -- sh -euc \
     'mkdir -p /var/lib/kubelet/device-plugins && mount --bind "$0" /var/lib/kubelet/device-plugins && exec "$@"' \
     "$k/device-plugins" "$KUBELET" --config "$k/config.yaml" --root-dir "$k/root" \
-    --hostname-override bench-node -v=1 >"$k/kubelet.log" 2>&1 & PIDS+=($!)
+    --hostname-override bench-node --node-ip "$NODE_IP" -v=1 >"$k/kubelet.log" 2>&1 & PIDS+=($!)
   local kpid=$!
   for i in $(seq 600); do
     [ "$(curl -s "http://127.0.0.1:$healthz/healthz" || true)" = ok ] && break

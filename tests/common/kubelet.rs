@@ -109,7 +109,8 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
             .arg("--root-dir")
             .arg(dir.join("root"))
             // evented.go at V(4) logs each relist a container's death requested.
-            .args(["--hostname-override", NODE, "-v=2", "--vmodule=evented=4"])
+            .args(["--hostname-override", NODE, "--node-ip", &node_ip()])
+            .args(["-v=2", "--vmodule=evented=4"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -280,6 +281,33 @@ impl Drop for Kubelet {
 
 /// An HTTP/1.0 GET on 127.0.0.1:`port` (the server closes the connection, no chunking); the
 /// body when the answer is 200.
+/// The node's IPv4 address for kubelet's `--node-ip`: the source address of the default route,
+/// else the first global one. Without it a standalone kubelet looks its node name up in DNS
+/// whenever it builds its node object, which it does in every sync of a static pod; offline
+/// that waits for the resolver's timeout (5 s) and every pod worker waits with it.
+fn node_ip() -> String {
+    let run = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().expect("ip runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let route = run(&["-4", "-o", "route", "get", "1.1.1.1"]);
+    let from_route = route
+        .split_whitespace()
+        .skip_while(|w| *w != "src")
+        .nth(1)
+        .map(str::to_owned);
+    from_route
+        .or_else(|| {
+            let addrs = run(&["-4", "-o", "addr", "show", "scope", "global"]);
+            let cidr = addrs
+                .split_whitespace()
+                .skip_while(|w| *w != "inet")
+                .nth(1)?;
+            cidr.split('/').next().map(str::to_owned)
+        })
+        .expect("a global IPv4 address on this machine for kubelet's --node-ip")
+}
+
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
