@@ -77,13 +77,9 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
     ),
     (
         "sys/mod.rs",
-        "the wrappers themselves; tcp_socket_in_netns enters only a pod's network namespace, on \
-         a thread of the daemon that ends at once and is in no PID namespace of a pod",
-    ),
-    (
-        "sys/arp.rs",
-        "the gratuitous ARP after CNI ADD: enters only a pod's network namespace, on a thread of \
-         the daemon that ends at once and is in no PID namespace of a pod",
+        "the wrappers themselves; in_netns (a socket for port-forward, the gratuitous ARP after \
+         CNI ADD in sys/arp.rs) enters only a pod's network namespace, on a thread of the \
+         daemon that ends at once and is in no PID namespace of a pod",
     ),
     (
         "sys/userns.rs",

@@ -255,16 +255,10 @@ fn cgroup(dirs: crate::stats::CgroupDirs) -> Option<CgroupFacts> {
 
 /// The last lines of a CRI log file (`<time> <stream> <tag> <text>`), as their text.
 fn log_tail(path: &Path) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
     const TAIL_BYTES: u64 = 16 * 1024;
-    let Ok(mut f) = std::fs::File::open(path) else {
+    let Ok(text) = crate::sys::read_tail(path, TAIL_BYTES) else {
         return Vec::new();
     };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
-    let mut bytes = Vec::new();
-    let _ = f.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<String> = text
         .lines()
         .filter_map(|l| l.splitn(4, ' ').nth(3).map(str::to_owned))

@@ -61,13 +61,7 @@ fn vanished(log: &Path, exit: std::io::Result<std::process::ExitStatus>) -> Moni
 
 /// The last non-empty line of a log, from at most its last 4 KiB.
 fn last_line(log: &Path) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(log).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
-    let mut tail = Vec::new();
-    f.read_to_end(&mut tail).ok()?;
-    let text = String::from_utf8_lossy(&tail);
+    let text = crate::sys::read_tail(log, 4096).ok()?;
     let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
     Some(line.trim().chars().take(500).collect())
 }

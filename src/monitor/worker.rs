@@ -308,16 +308,7 @@ fn exec(
 /// wrappers after it), each once, on one line.
 pub fn logged_errors(log: &Path) -> String {
     const TAIL: u64 = 64 * 1024;
-    let text = File::open(log)
-        .and_then(|mut f| {
-            use std::io::{Read, Seek, SeekFrom};
-            let len = f.metadata()?.len();
-            f.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
-            let mut s = String::new();
-            f.take(TAIL).read_to_string(&mut s)?;
-            Ok(s)
-        })
-        .unwrap_or_default();
+    let text = sys::read_tail(log, TAIL).unwrap_or_default();
     let mut seen: Vec<&str> = Vec::new();
     for line in text.lines().filter(|l| l.contains(" ERROR ")) {
         // `<time> ERROR <target>: <message>`

@@ -22,28 +22,18 @@ const ARPHRD_ETHER: u16 = 1;
 const ARPOP_REQUEST: u16 = 1;
 
 /// Sends one gratuitous ARP request for each of `ips` on `ifname`, inside the network namespace
-/// pinned at `netns`. The namespace is entered by a thread of its own that ends right after
-/// (as `tcp_socket_in_netns` does); blocks for that thread's short life.
+/// pinned at `netns` (entered by a thread of its own: `sys::in_netns`).
 pub fn announce_ipv4(netns: &Path, ifname: &str, ips: &[Ipv4Addr]) -> io::Result<()> {
-    if ips.is_empty() {
-        return Ok(());
-    }
-    let (netns, ifname, ips) = (netns.to_owned(), ifname.to_owned(), ips.to_vec());
-    std::thread::Builder::new()
-        .name("netns-arp".into())
-        .spawn(move || -> io::Result<()> {
-            let ns = std::fs::File::open(&netns)?;
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-            let sock = packet_socket()?;
-            let index = nix::net::if_::if_nametoindex(ifname.as_str())?;
-            let mac = hardware_address(&sock, &ifname)?;
-            for ip in ips {
-                send(&sock, index, &request(mac, ip))?;
-            }
-            Ok(())
-        })?
-        .join()
-        .map_err(|_| io::Error::other("the network namespace thread panicked"))?
+    let (ifname, ips) = (ifname.to_owned(), ips.to_vec());
+    super::in_netns(netns, "netns-arp", move || {
+        let sock = packet_socket()?;
+        let index = nix::net::if_::if_nametoindex(ifname.as_str())?;
+        let mac = hardware_address(&sock, &ifname)?;
+        for ip in ips {
+            send(&sock, index, &request(mac, ip))?;
+        }
+        Ok(())
+    })
 }
 
 /// The ARP payload of a gratuitous request: sender and target are both `ip`, at `mac`.
@@ -80,15 +70,7 @@ fn packet_socket() -> io::Result<OwnedFd> {
 
 /// The MAC of `ifname` (SIOCGIFHWADDR).
 fn hardware_address(sock: &OwnedFd, ifname: &str) -> io::Result<[u8; 6]> {
-    // SAFETY: ifreq is plain data; all zeroes is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = ifname.as_bytes();
-    if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    for (dst, src) in req.ifr_name.iter_mut().zip(name) {
-        *dst = *src as libc::c_char;
-    }
+    let mut req = super::ifreq_named(ifname)?;
     // SAFETY: `req` is a valid ifreq naming the interface; SIOCGIFHWADDR fills ifru_hwaddr.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) } < 0 {
         return Err(io::Error::last_os_error());

@@ -414,10 +414,7 @@ pub fn set_window_size(fd: &impl AsRawFd, rows: u16, cols: u16) -> io::Result<()
 
 /// Sets the IFF_UP flag on the interface `name` in the caller's network namespace.
 pub fn set_link_up(name: &str) -> io::Result<()> {
-    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    if cname.as_bytes_with_nul().len() > libc::IFNAMSIZ {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
+    let mut req = ifreq_named(name)?;
     // SAFETY: socket() takes integers and returns a new fd or -1.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -425,11 +422,6 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     }
     // SAFETY: the fd was just returned by socket() and is owned by nothing else.
     let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(cname.as_bytes_with_nul()) {
-        *dst = *src as libc::c_char;
-    }
     // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into `req`, which lives for
     // the whole call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
@@ -444,34 +436,71 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates an unconnected TCP socket inside the network namespace pinned at `pin` (a netns
-/// bind mount). A socket stays in the namespace it was created in, so the caller can connect
-/// it from anywhere. The namespace is entered by a thread of its own that ends right after:
-/// entering it on a thread of the async runtime or the blocking pool would leave that thread
-/// in the pod's network for whatever it runs next. Blocks for the thread's short life.
-pub fn tcp_socket_in_netns(pin: &std::path::Path, ipv6: bool) -> io::Result<OwnedFd> {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+/// The last `max` bytes of the file at `path` (all of it when shorter), as text: a log's tail.
+/// Invalid UTF-8, such as a character cut in two where the tail starts, becomes U+FFFD.
+pub fn read_tail(path: &std::path::Path, max: u64) -> io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(max)))?;
+    let mut bytes = Vec::new();
+    f.take(max).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// An `ifreq` naming the interface `name`, the rest zero, for the SIOCGIF*/SIOCSIF* ioctls.
+pub fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if cname.as_bytes_with_nul().len() > libc::IFNAMSIZ {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(cname.as_bytes_with_nul()) {
+        *dst = *src as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// Runs `f` inside the network namespace pinned at `pin` (a netns bind mount), on a thread of
+/// its own named `name` that ends right after: entering the namespace on a thread of the async
+/// runtime or the blocking pool would leave that thread in the pod's network for whatever it
+/// runs next. Blocks for the thread's short life.
+pub fn in_netns<T: Send + 'static>(
+    pin: &std::path::Path,
+    name: &str,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let pin = pin.to_owned();
-    let worker = std::thread::Builder::new()
-        .name("netns-socket".into())
-        .spawn(move || -> io::Result<OwnedFd> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || -> io::Result<T> {
             let ns = std::fs::File::open(&pin)?;
             nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-            let family = if ipv6 {
-                AddressFamily::Inet6
-            } else {
-                AddressFamily::Inet
-            };
-            Ok(socket(
-                family,
-                SockType::Stream,
-                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-                None,
-            )?)
-        })?;
-    worker
+            f()
+        })?
         .join()
         .map_err(|_| io::Error::other("the network namespace thread panicked"))?
+}
+
+/// Creates an unconnected TCP socket inside the network namespace pinned at `pin` (see
+/// `in_netns`). A socket stays in the namespace it was created in, so the caller can connect
+/// it from anywhere.
+pub fn tcp_socket_in_netns(pin: &std::path::Path, ipv6: bool) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+    in_netns(pin, "netns-socket", move || {
+        let family = if ipv6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        Ok(socket(
+            family,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )?)
+    })
 }
 
 /// Installs a handler for `signal` that does nothing, so that the signal interrupts blocking
