@@ -159,3 +159,137 @@ pub fn umount2(target: impl AsRef<Path>, flags: MntFlags) -> nix::Result<()> {
     let target = target.as_ref();
     after("umount", target, nix::mount::umount2(target, flags))
 }
+
+/// How `remove_dir_all_on_one_mount` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OneMount {
+    /// The tree is gone (or was not there).
+    Removed,
+    /// A directory below is on another mount: nothing at or under it was touched (what was
+    /// already deleted beside it stays deleted).
+    Mounted(std::path::PathBuf),
+    /// Deeper than the walk goes, or the kernel gives no mount ids (before 5.8).
+    Unwalked,
+}
+
+/// Deletes `path` and everything under it without entering another mount: each directory's
+/// mount id is compared with `path`'s before anything in it is deleted. The way to delete a
+/// tree that may have something mounted under it without reading the whole mount table; an
+/// unlink or rmdir of a mount point itself fails (EBUSY) and deletes nothing.
+#[track_caller]
+pub fn remove_dir_all_on_one_mount(path: impl AsRef<Path>) -> io::Result<OneMount> {
+    let path = path.as_ref();
+    let r = one_mount::remove(path);
+    after("rmdir -r", path, r)
+}
+
+mod one_mount {
+    use std::ffi::{CStr, OsStr};
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+    use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, StatxFlags};
+    use rustix::io::Errno;
+
+    use super::OneMount;
+
+    /// Deeper trees go to the caller's slower way (each level holds a descriptor).
+    const MAX_DEPTH: usize = 64;
+
+    pub fn remove(path: &Path) -> io::Result<OneMount> {
+        let dir = match open_dir(CWD, path) {
+            Err(Errno::NOENT) => return Ok(OneMount::Removed),
+            r => r?,
+        };
+        let Some(mount) = mount_id(&dir)? else {
+            return Ok(OneMount::Unwalked);
+        };
+        match empty(&dir, mount, 0)? {
+            Walk::Emptied => {}
+            Walk::Mounted(below) => return Ok(OneMount::Mounted(path.join(below))),
+            Walk::TooDeep => return Ok(OneMount::Unwalked),
+        }
+        drop(dir);
+        match rustix::fs::unlinkat(CWD, path, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => Ok(OneMount::Removed),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    enum Walk {
+        Emptied,
+        /// The relative path of a directory on another mount.
+        Mounted(std::path::PathBuf),
+        TooDeep,
+    }
+
+    fn open_dir<P: rustix::path::Arg>(at: BorrowedFd, path: P) -> rustix::io::Result<OwnedFd> {
+        rustix::fs::openat(
+            at,
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
+    fn mount_id(dir: &OwnedFd) -> io::Result<Option<u64>> {
+        let st = rustix::fs::statx(dir, c"", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)?;
+        Ok((st.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(st.stx_mnt_id))
+    }
+
+    /// Deletes what `dir` holds, which is on mount `mount`.
+    fn empty(dir: &OwnedFd, mount: u64, depth: usize) -> io::Result<Walk> {
+        let mut entries = Dir::read_from(dir)?;
+        while let Some(entry) = entries.read() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let is_dir = match entry.file_type() {
+                FileType::Directory => true,
+                FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)?,
+                _ => false,
+            };
+            if !is_dir {
+                match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            match subdir(dir.as_fd(), name, mount, depth)? {
+                Walk::Emptied => {}
+                Walk::Mounted(below) => return Ok(Walk::Mounted(relative(name).join(below))),
+                Walk::TooDeep => return Ok(Walk::TooDeep),
+            }
+        }
+        Ok(Walk::Emptied)
+    }
+
+    /// Empties and removes the directory `name` in `parent`, unless it is on another mount.
+    fn subdir(parent: BorrowedFd, name: &CStr, mount: u64, depth: usize) -> io::Result<Walk> {
+        if depth == MAX_DEPTH {
+            return Ok(Walk::TooDeep);
+        }
+        let child = open_dir(parent, name)?;
+        if mount_id(&child)? != Some(mount) {
+            return Ok(Walk::Mounted(std::path::PathBuf::new()));
+        }
+        let walk = empty(&child, mount, depth + 1)?;
+        drop(child);
+        if let Walk::Emptied = walk {
+            match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(walk)
+    }
+
+    fn relative(name: &CStr) -> &Path {
+        Path::new(OsStr::from_bytes(name.to_bytes()))
+    }
+}
