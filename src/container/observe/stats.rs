@@ -296,12 +296,14 @@ impl Containers {
     /// Size and free space of the filesystem holding the writable layers (its device found
     /// once: it does not change while crust runs).
     fn layers_filesystem(&self) -> Option<Filesystem> {
-        let mut fs = crate::stats::filesystem(&self.ctx.layers_dir).ok()?;
         let mut device = lock(&self.stats.device);
-        match &*device {
-            Some(d) => fs.device = d.clone(),
-            None => *device = Some(fs.device.clone()),
+        if let Some(d) = &*device {
+            let mut fs = crate::stats::filesystem_usage(&self.ctx.layers_dir).ok()?;
+            fs.device = d.clone();
+            return Some(fs);
         }
+        let fs = crate::stats::filesystem(&self.ctx.layers_dir).ok()?;
+        *device = Some(fs.device.clone());
         Some(fs)
     }
 
