@@ -13,7 +13,10 @@
 #   /var/lib/crust-e2e), its own bridge (crust-e2e0, 10.100.0.0/24: the pod CIDR the suite
 #   gives kubelet), in a cgroup of its own (/crust-e2e-runtime in every hierarchy, which
 #   kubelet is told is the runtime's).
-# - kubelet: the suite's own configuration plus, for this host, the cgroupfs driver and
+# - kubelet: the suite's own configuration plus, on crust, the PodAndContainerStatsFromCRI
+#   gate the README asks of a crust node (kubelet's cAdvisor names the containers of
+#   containerd and CRI-O only, so kubelet takes crust's statistics through CRI); for this
+#   host, the cgroupfs driver and
 #   --fail-cgroupv1=false (cgroup v1), none of the suite's system cgroup (it would move every
 #   process of the machine into /system), and disk thresholds for a disk other builds share. The suite starts kubelet through systemd-run
 #   when it finds one, and systemd is not PID 1 here: it runs with a PATH that has every
@@ -47,6 +50,7 @@ fail() { echo "e2e-node: FAILED: $*" >&2; exit 1; }
 log() { echo "e2e-node: $*" >&2; }
 
 runtime=${E2E_RUNTIME:-crust}
+suite_flags=()  # e2e_node.test flags for this runtime
 case $runtime in crust|containerd) ;; *) fail "E2E_RUNTIME is crust or containerd, not $runtime" ;; esac
 procs=${E2E_PROCS:-8}
 for t in jq ip curl; do
@@ -75,8 +79,9 @@ skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s
     | if $i == null then error("no \" | \" separating regex and reason: " + .) else . end
     | {regex: (.[:$i] | sub("\\s+$"; "")), reason: (.[$i + 3:] | sub("^\\s+"; ""))}
     | if .regex == "" or .reason == "" then error("empty regex or reason: " + .regex) else . end
-    | if (.reason | test("^(not built yet|host): .")) then . else
-        error("the reason is \"not built yet: ...\" or \"host: ...\": " + .reason) end)
+    | if (.reason | test("^(not built yet|host|configuration): .")) then . else
+        error("the reason is \"not built yet: ...\", \"host: ...\" or \"configuration: ...\": "
+          + .reason) end)
 ') || fail "$skips_file: malformed line (each is '<regex> | <reason>')"
 # The selection, as containerd's and CRI-O's node conformance jobs make it: by the specs'
 # labels (which their texts repeat in brackets, as the verdict below reads them), so that a
@@ -178,6 +183,7 @@ if [ "$runtime" = crust ]; then
     printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d"
   } > "$work/crust.toml"
   desc="crust $("$crust" version | awk '{print $2}') ($crust)"
+  suite_flags=(--feature-gates=PodAndContainerStatsFromCRI=true)
   # A copy of its own: crust starts its monitors from its own executable, which a cargo build
   # during the run would replace.
   install -m 755 "$crust" "$work/crust"
@@ -242,7 +248,7 @@ ln -s "$tools/kubelet" "$work/run/kubelet"
     --label-filter="$labels" "${skip_args[@]}" --json-report=report.json --output-dir="$work/report" \
     "$@" "$work/run/e2e_node.test" -- \
     --container-runtime-endpoint="unix://$sock" --image-service-endpoint="unix://$sock" \
-    --prepull-images=false --report-dir="$work/report" \
+    --prepull-images=false --report-dir="$work/report" "${suite_flags[@]}" \
     --kubelet-flags="${kubelet_flags[*]}"
 ) > "$work/suite.log" 2>&1 8>&-
 rc=$?
