@@ -126,6 +126,18 @@ mod tests {
         );
     }
 
+    /// Detaches what a test mounted when it ends, passed or not: a failed assertion must not
+    /// leave mounts on the machine.
+    struct Detach(Vec<PathBuf>);
+
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = nix::mount::umount2(p, MntFlags::MNT_DETACH);
+            }
+        }
+    }
+
     fn bind(source: &Path, target: &Path) {
         nix::mount::mount(
             Some(source),
@@ -183,9 +195,9 @@ mod tests {
         let at = dir.join("idmap/mount-0");
         fs::create_dir_all(&at).unwrap();
         bind(&volume, &at);
+        let _detach = Detach(vec![at.clone()]);
         let walked = remove_dir_all_on_one_mount(&dir);
         let still = fs::read(volume.join("data/keep"));
-        nix::mount::umount2(&at, MntFlags::MNT_DETACH).unwrap();
         assert_eq!(walked.unwrap(), OneMount::Mounted(at));
         assert_eq!(still.unwrap(), b"user data");
     }
@@ -209,13 +221,18 @@ mod tests {
             rootfs: dir.join("rootfs"),
             dir: dir.clone(),
         };
+        let file_volume = dir.join("idmap/mount-1");
+        let dir_volume = dir.join("volumes/0");
+        let _detach = Detach(vec![
+            layout.rootfs.clone(),
+            file_volume.clone(),
+            dir_volume.clone(),
+        ]);
         mount(&layout, std::slice::from_ref(&lower), None).unwrap();
         fs::write(layout.rootfs.join("written"), b"w").unwrap();
-        let file_volume = dir.join("idmap/mount-1");
         fs::create_dir_all(dir.join("idmap")).unwrap();
         fs::write(&file_volume, b"").unwrap();
         bind(&volume.join("keep"), &file_volume);
-        let dir_volume = dir.join("volumes/0");
         fs::create_dir_all(&dir_volume).unwrap();
         bind(&volume, &dir_volume);
 
