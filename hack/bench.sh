@@ -7,7 +7,8 @@
 # Then containers (crust-bench-containers): create/start/stop/remove, ExecSync, a pod with a
 # container from nothing, the runtime's memory for a pod of five containers, exit to event, and
 # kubelet's relist with 110 pods of 3 containers (and what a relist is made of: the client's
-# decoding, two empty RPCs); CONTAINER_ARGS passes options to it.
+# decoding, two empty RPCs), and on that full node a pod with a container from nothing and its
+# removal; CONTAINER_ARGS passes options to it.
 # Memory: RSS and PSS (/proc/<pid>/smaps_rollup: shared pages divided among the processes
 # sharing them) of the runtime's own processes for a pod (crust's monitor; containerd's shim
 # and pause), for 10 pods up together, a pod alone without containers and with five, each
@@ -177,9 +178,9 @@ awk '
     if (!match(line, key "= *[0-9.]+")) return ""
     line = substr(line, RSTART, RLENGTH); sub(key "= *", "", line); return line
   }
-  /pod \+ container from nothing/ && / median=/ { k = ($0 ~ /userns/) ? "pod + container from nothing, userns" : "pod + container from nothing"; for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); fresh[$1, k] = v } }
+  /pod \+ container from nothing/ && / median=/ && !/full node/ { k = ($0 ~ /userns/) ? "pod + container from nothing, userns" : "pod + container from nothing"; for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); fresh[$1, k] = v } }
   / (rss|pss)= / { k = what($0); rss[$1, k] = num($0, "rss"); pss[$1, k] = num($0, "pss"); if (!(k in seen)) { seen[k] = 1; mem[++nmem] = k } }
-  /relist \(|relist: / { k = what($0); t[$1, k] = num($0, "median"); if (!(k in tseen)) { tseen[k] = 1; times[++ntimes] = k } }
+  /relist \(|relist: |full node: / { k = what($0); t[$1, k] = num($0, "median"); if (!(k in tseen)) { tseen[k] = 1; times[++ntimes] = k } }
   /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
   /port-forward .* (up|down) \((SPDY|WebSocket)\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1, $5 " " $6] = v } }
   END {

@@ -3,7 +3,8 @@
 //! RemoveContainer, ExecSync, a pod with a container from nothing; then kubelet's relist
 //! (ListPodSandbox + ListContainers) and ContainerStatus with `--alive` pods of `--per-pod`
 //! containers each, the memory (RSS and PSS) of the runtime's own processes for a pod alone,
-//! without containers and with five running ones, and for each pod of the relist, and how
+//! without containers and with five running ones, and for each pod of the relist, a pod from
+//! nothing and its removal on the relist's full node, and how
 //! soon a GetContainerEvents subscriber hears of a container's exit. The pod from nothing is
 //! measured twice: as a plain pod, then as one with its own user namespace (`hostUsers:
 //! false`: a mapped range of host ids, the image's layers id-mapped). `--only-lifecycle` runs
@@ -419,9 +420,33 @@ async fn relist(c: &mut Client, args: &Args) -> anyhow::Result<()> {
         let what = format!("daemon RSS, {} containers", containers.len());
         report_mem(&args.label, &what, &[rss_kib(pid)?]);
     }
+    on_a_full_node(c, args).await?;
     for pod in &pods {
         remove_pod(c, pod).await?;
     }
+    Ok(())
+}
+
+/// A new pod and its container on the full node (what kubelet asks of a node already running
+/// its pods), and that pod's removal (StopPodSandbox + RemovePodSandbox): what grows with the
+/// node's mounts and cgroups shows here and not on the empty runtime.
+async fn on_a_full_node(c: &mut Client, args: &Args) -> anyhow::Result<()> {
+    let (mut start, mut remove) = (Vec::new(), Vec::new());
+    for i in 0..args.warmup + args.rounds {
+        let t = Instant::now();
+        let pod = run_pod(c, &format!("full-{i}")).await?;
+        let id = create_container(c, &pod, "main", &args.image, SLEEPER).await?;
+        start_container(c, &id).await?;
+        let started = t.elapsed();
+        let t = Instant::now();
+        remove_pod(c, &pod).await?;
+        if i >= args.warmup {
+            start.push(started);
+            remove.push(t.elapsed());
+        }
+    }
+    report(&args.label, "full node: pod + container", &start);
+    report(&args.label, "full node: pod stop + remove", &remove);
     Ok(())
 }
 
