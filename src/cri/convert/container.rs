@@ -150,7 +150,7 @@ fn resources_to_pb(r: &Resources) -> pb::LinuxContainerResources {
                 limit: h.limit,
             })
             .collect(),
-        unified: r.unified.clone().into_iter().collect(),
+        unified: super::string_map(&r.unified),
         memory_swap_limit_in_bytes: r.memory_swap_limit,
     }
 }
@@ -345,8 +345,8 @@ pub fn container(r: &ContainerRecord) -> pb::Container {
         image_ref: r.image.reference.clone(),
         state: state(r.phase),
         created_at: r.created_at,
-        labels: r.spec.labels.clone().into_iter().collect(),
-        annotations: r.spec.annotations.clone().into_iter().collect(),
+        labels: super::string_map(&r.spec.labels),
+        annotations: super::string_map(&r.spec.annotations),
         image_id: r.image.id.clone(),
     }
 }
@@ -365,8 +365,8 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
         image_ref: r.image.reference.clone(),
         reason: exit.map(|e| e.reason().to_owned()).unwrap_or_default(),
         message: exit.map(|e| e.message.clone()).unwrap_or_default(),
-        labels: r.spec.labels.clone().into_iter().collect(),
-        annotations: r.spec.annotations.clone().into_iter().collect(),
+        labels: super::string_map(&r.spec.labels),
+        annotations: super::string_map(&r.spec.annotations),
         mounts: r
             .spec
             .mounts

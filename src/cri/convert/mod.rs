@@ -10,3 +10,11 @@ mod stats;
 pub use container::*;
 pub use sandbox::*;
 pub use stats::*;
+
+/// A record's labels or annotations as CRI carries them, each string copied once (a clone of
+/// the map and a collect would copy its tree too, for every object of every relist).
+fn string_map(
+    map: &std::collections::BTreeMap<String, String>,
+) -> std::collections::HashMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}

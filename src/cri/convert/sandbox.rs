@@ -137,8 +137,8 @@ pub fn sandbox(v: &SandboxView) -> pb::PodSandbox {
         metadata: Some(metadata(&r.spec.metadata)),
         state: state(v.ready),
         created_at: r.created_at,
-        labels: r.spec.labels.clone().into_iter().collect(),
-        annotations: r.spec.annotations.clone().into_iter().collect(),
+        labels: super::string_map(&r.spec.labels),
+        annotations: super::string_map(&r.spec.annotations),
         runtime_handler: r.runtime_handler.clone(),
     }
 }
@@ -171,8 +171,8 @@ pub fn sandbox_status(v: &SandboxView) -> pb::PodSandboxStatus {
                 }),
             }),
         }),
-        labels: r.spec.labels.clone().into_iter().collect(),
-        annotations: r.spec.annotations.clone().into_iter().collect(),
+        labels: super::string_map(&r.spec.labels),
+        annotations: super::string_map(&r.spec.annotations),
         runtime_handler: r.runtime_handler.clone(),
     }
 }

@@ -64,8 +64,8 @@ pub fn pod_stats(u: &PodUsage) -> pb::PodSandboxStats {
         attributes: Some(pb::PodSandboxAttributes {
             id: r.id.clone(),
             metadata: Some(metadata(&r.spec.metadata)),
-            labels: r.spec.labels.clone().into_iter().collect(),
-            annotations: r.spec.annotations.clone().into_iter().collect(),
+            labels: super::string_map(&r.spec.labels),
+            annotations: super::string_map(&r.spec.annotations),
         }),
         linux: Some(pb::LinuxPodSandboxStats {
             cpu: Some(cpu(c)),
@@ -96,8 +96,8 @@ pub fn container_stats(s: &ContainerStats) -> pb::ContainerStats {
                 name: r.spec.metadata.name.clone(),
                 attempt: r.spec.metadata.attempt,
             }),
-            labels: r.spec.labels.clone().into_iter().collect(),
-            annotations: r.spec.annotations.clone().into_iter().collect(),
+            labels: super::string_map(&r.spec.labels),
+            annotations: super::string_map(&r.spec.annotations),
         }),
         cpu: Some(cpu(c)),
         memory: Some(memory(c)),
