@@ -408,6 +408,26 @@ async fn kubelet_runs_static_pods_on_crust() {
         .unwrap_or(0);
     assert!(scanned >= 3, "init, app and spy at least: {logs}");
 
+    // crust check finds this kubelet on its socket and reads the gate from its config.
+    let out = Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["check", "--config"])
+        .arg(&e.d.config)
+        .arg("--listen")
+        .arg(format!("unix://{}", e.d.socket.display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("kubelet"))
+        .unwrap_or_else(|| panic!("no kubelet line in crust check: {text}"));
+    assert!(
+        line.starts_with("ok ")
+            && line.contains(&format!("kubelet {} ", k.pid()))
+            && line.contains("PodAndContainerStatsFromCRI"),
+        "{line}"
+    );
+
     // Statistics from the runtime (PodAndContainerStatsFromCRI): the summary API and the
     // cAdvisor series.
     let summary: Value = serde_json::from_str(&k.get("/stats/summary")).unwrap();

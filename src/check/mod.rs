@@ -4,6 +4,7 @@
 
 mod containers;
 mod devices;
+mod kubelet;
 
 use std::path::Path;
 
@@ -48,6 +49,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("storage", storage(config).into()),
         ("mirrors", mirrors(config).into()),
         ("leftovers", leftovers(&config.state)),
+        ("kubelet", kubelet::statistics(&config.listen)),
     ];
     let mut failed = Vec::new();
     for (name, finding) in checks {

@@ -199,6 +199,11 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
         }
     }
 
+    /// kubelet's pid (unshare and sh exec it in their place).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("kubelet runs").id()
+    }
+
     /// A value of kubelet's own metrics (`/metrics`), summed over label sets.
     pub fn metric(&self, name: &str) -> f64 {
         self.get("/metrics")
