@@ -207,22 +207,13 @@ mod one_mount {
             return Ok(OneMount::Unwalked);
         };
         match empty(&dir, mount, 0)? {
-            Walk::Emptied => {}
-            Walk::Mounted(below) => return Ok(OneMount::Mounted(path.join(below))),
-            Walk::TooDeep => return Ok(OneMount::Unwalked),
+            OneMount::Removed => {}
+            OneMount::Mounted(below) => return Ok(OneMount::Mounted(path.join(below))),
+            OneMount::Unwalked => return Ok(OneMount::Unwalked),
         }
         drop(dir);
-        match rustix::fs::unlinkat(CWD, path, AtFlags::REMOVEDIR) {
-            Ok(()) | Err(Errno::NOENT) => Ok(OneMount::Removed),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    enum Walk {
-        Emptied,
-        /// The relative path of a directory on another mount.
-        Mounted(std::path::PathBuf),
-        TooDeep,
+        unlink(CWD, path, AtFlags::REMOVEDIR)?;
+        Ok(OneMount::Removed)
     }
 
     fn open_dir<P: rustix::path::Arg>(at: BorrowedFd, path: P) -> rustix::io::Result<OwnedFd> {
@@ -234,13 +225,22 @@ mod one_mount {
         )
     }
 
+    /// unlinkat(2); what is already gone is fine.
+    fn unlink<P: rustix::path::Arg>(at: BorrowedFd, path: P, flags: AtFlags) -> io::Result<()> {
+        match rustix::fs::unlinkat(at, path, flags) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn mount_id(dir: &OwnedFd) -> io::Result<Option<u64>> {
         let st = rustix::fs::statx(dir, c"", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)?;
         Ok((st.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(st.stx_mnt_id))
     }
 
-    /// Deletes what `dir` holds, which is on mount `mount`.
-    fn empty(dir: &OwnedFd, mount: u64, depth: usize) -> io::Result<Walk> {
+    /// Deletes what `dir` holds, which is on mount `mount`: `Removed` once it is empty,
+    /// `Mounted` with the relative path of a directory on another mount.
+    fn empty(dir: &OwnedFd, mount: u64, depth: usize) -> io::Result<OneMount> {
         let mut entries = Dir::read_from(dir)?;
         while let Some(entry) = entries.read() {
             let entry = entry?;
@@ -255,36 +255,33 @@ mod one_mount {
                 _ => false,
             };
             if !is_dir {
-                match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
-                    Ok(()) | Err(Errno::NOENT) => continue,
-                    Err(e) => return Err(e.into()),
-                }
+                unlink(dir.as_fd(), name, AtFlags::empty())?;
+                continue;
             }
             match subdir(dir.as_fd(), name, mount, depth)? {
-                Walk::Emptied => {}
-                Walk::Mounted(below) => return Ok(Walk::Mounted(relative(name).join(below))),
-                Walk::TooDeep => return Ok(Walk::TooDeep),
+                OneMount::Removed => {}
+                OneMount::Mounted(below) => {
+                    return Ok(OneMount::Mounted(relative(name).join(below)));
+                }
+                OneMount::Unwalked => return Ok(OneMount::Unwalked),
             }
         }
-        Ok(Walk::Emptied)
+        Ok(OneMount::Removed)
     }
 
     /// Empties and removes the directory `name` in `parent`, unless it is on another mount.
-    fn subdir(parent: BorrowedFd, name: &CStr, mount: u64, depth: usize) -> io::Result<Walk> {
+    fn subdir(parent: BorrowedFd, name: &CStr, mount: u64, depth: usize) -> io::Result<OneMount> {
         if depth == MAX_DEPTH {
-            return Ok(Walk::TooDeep);
+            return Ok(OneMount::Unwalked);
         }
         let child = open_dir(parent, name)?;
         if mount_id(&child)? != Some(mount) {
-            return Ok(Walk::Mounted(std::path::PathBuf::new()));
+            return Ok(OneMount::Mounted(std::path::PathBuf::new()));
         }
         let walk = empty(&child, mount, depth + 1)?;
         drop(child);
-        if let Walk::Emptied = walk {
-            match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
-                Ok(()) | Err(Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
+        if walk == OneMount::Removed {
+            unlink(parent, name, AtFlags::REMOVEDIR)?;
         }
         Ok(walk)
     }

@@ -63,7 +63,7 @@ pub struct Filesystem {
 
 /// Size, free space and device of the filesystem holding `dir`.
 pub fn filesystem(dir: &Path) -> io::Result<Filesystem> {
-    let mut fs = usage(dir)?;
+    let mut fs = filesystem_usage(dir)?;
     let dev = fs::metadata(dir)?.dev();
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     fs.device = mount_source(
@@ -77,7 +77,7 @@ pub fn filesystem(dir: &Path) -> io::Result<Filesystem> {
 
 /// Size and free space of the filesystem holding `dir`, without its device: the mount table
 /// that names it costs milliseconds to read on a node with hundreds of containers.
-pub fn usage(dir: &Path) -> io::Result<Filesystem> {
+pub fn filesystem_usage(dir: &Path) -> io::Result<Filesystem> {
     let st = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
     let frag = st.fragment_size();
     Ok(Filesystem {

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use cgroup::{CgroupDirs, Detail, read as read_cgroup, tasks};
-pub use disk::{Filesystem, block_device_name, disk_usage, filesystem, usage as filesystem_usage};
+pub use disk::{Filesystem, block_device_name, disk_usage, filesystem, filesystem_usage};
 pub use process::{OpenFiles, open_files, open_files_limit};
 
 /// One reading of a cgroup.
