@@ -10,9 +10,19 @@ use std::process::Command;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/api.proto");
     let fds = protox::compile(["proto/api.proto"], ["proto"])?;
+    // The two answers of a relist are crust's own types, which carry each object already
+    // encoded (`src/cri/listed.rs`); both still decode like the generated ones.
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        .extern_path(
+            ".runtime.v1.ListPodSandboxResponse",
+            "crate::cri::listed::ListPodSandboxResponse",
+        )
+        .extern_path(
+            ".runtime.v1.ListContainersResponse",
+            "crate::cri::listed::ListContainersResponse",
+        )
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=proto/nri/api.proto");
     let nri = protox::compile(["nri/api.proto"], ["proto"])?;

@@ -79,14 +79,12 @@ impl RuntimeServer {
         req: pb::ListContainersRequest,
     ) -> pb::ListContainersResponse {
         let filter = convert::container_filter(req.filter);
-        pb::ListContainersResponse {
-            containers: self
-                .containers
-                .list(&filter)
-                .iter()
-                .map(|r| convert::container(r))
-                .collect(),
-        }
+        let listed = self.containers.list(&filter);
+        pb::ListContainersResponse::encoded(self.listed.containers.encode(
+            &listed,
+            |r| (r.id.as_str(), r),
+            |r| convert::container(r),
+        ))
     }
 
     pub(super) fn container_status_rpc(

@@ -9,6 +9,7 @@ mod deadline;
 #[cfg(any(test, fuzzing))]
 pub mod fuzz;
 pub mod image;
+mod listed;
 mod rpc_metrics;
 pub mod runtime;
 mod stats;
@@ -19,6 +20,7 @@ mod stream;
 #[allow(clippy::all, unused_qualifications)]
 pub mod pb {
     tonic::include_proto!("runtime.v1");
+    pub use super::listed::{ListContainersResponse, ListPodSandboxResponse};
 }
 
 /// Runs blocking work (store removal, disk usage, cgroup statistics) off the async threads.

@@ -27,6 +27,15 @@ pub struct RuntimeServer {
     pub config_info: Arc<std::sync::Mutex<String>>,
     /// Exec, Attach and PortForward URLs.
     pub streams: Arc<crate::stream::Streams>,
+    /// The relist's objects, kept encoded between their changes.
+    pub listed: Listed,
+}
+
+/// Pod sandboxes and containers as their list answers carry them (`listed.rs`).
+#[derive(Default)]
+pub struct Listed {
+    pub(super) sandboxes: super::listed::Memo<crate::sandbox::SandboxRecord>,
+    pub(super) containers: super::listed::Memo<crate::container::ContainerRecord>,
 }
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -152,13 +161,13 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
         let filter = convert::sandbox_filter(req.into_inner().filter);
-        let items = self
-            .sandboxes
-            .list(&filter)
-            .iter()
-            .map(convert::sandbox)
-            .collect();
-        Ok(Response::new(pb::ListPodSandboxResponse { items }))
+        let listed = self.sandboxes.list(&filter);
+        let items = self.listed.sandboxes.encode(
+            &listed,
+            |v| (v.record.id.as_str(), &v.record),
+            convert::sandbox,
+        );
+        Ok(Response::new(pb::ListPodSandboxResponse::encoded(items)))
     }
 
     async fn stream_pod_sandboxes(

@@ -144,6 +144,7 @@ async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError
         handlers: config.runtime_handlers.clone(),
         config_info,
         streams: Arc::new(streams),
+        listed: Default::default(),
     };
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "crust serving CRI v1");
     tokio::spawn(reload::on_hangup(reloader));
