@@ -17,7 +17,8 @@ command -v docker-registry >/dev/null || { echo "docker-registry missing (hack/i
 . hack/containerd-peer.sh
 ctrd_pick
 
-W=$(mktemp -d /tmp/crust-bench-images.XXXXXX)
+# BENCH_DIR: where both daemons keep their roots (default /tmp).
+W=$(mktemp -d "${BENCH_DIR:-/tmp}/crust-bench-images.XXXXXX")
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
