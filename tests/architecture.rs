@@ -70,7 +70,7 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
          a seccomp filter, not dumpable, executed from a sealed memfd",
     ),
     (
-        "monitor/worker.rs",
+        "monitor/workload/worker.rs",
         "runtime workers stay in the node's PID namespace; the processes libcontainer clones \
          from them join the pod's namespaces non-dumpable (libcontainer's builder) until they \
          exec the container's own program",

@@ -183,11 +183,8 @@ mod tests {
     }
 
     fn list(memo: &Memo<Record>, table: &[Arc<Record>]) -> Vec<pb::Container> {
-        let answer = ListContainersResponse::encoded(memo.encode(
-            table,
-            |r| (r.id.as_str(), r),
-            container,
-        ));
+        let answer =
+            ListContainersResponse::encoded(memo.encode(table, |r| (r.id.as_str(), r), container));
         ListContainersResponse::decode(answer.encode_to_vec().as_slice())
             .unwrap()
             .containers

@@ -15,20 +15,13 @@
 //! removes them when it tears the pod down.
 
 pub mod client;
-mod exec;
-mod exec_seccomp;
-mod interactive;
-mod logs;
-mod oom;
-pub use oom::OomScope;
 mod pod_init;
 mod process;
 mod server;
 pub mod session;
 mod state;
-mod worker;
 mod workload;
-mod workloads;
+pub use workload::oom::OomScope;
 
 use std::path::{Path, PathBuf};
 

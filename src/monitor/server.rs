@@ -3,8 +3,8 @@
 //! so nothing here may start one (no `spawn_blocking`, no `tokio::fs`); `worker::spawn`
 //! checks. Tasks: one per control connection, one reaper reading SIGCHLD from a signalfd, one
 //! log relay per container output, one writer per subscriber, and the idle trim. This file
-//! reads requests and dispatches them to their handlers (`workloads.rs`, `exec.rs`,
-//! `interactive.rs`); the state they share is `state.rs`.
+//! reads requests and dispatches them to their handlers (`workload/`: `lifecycle.rs`,
+//! `exec.rs`, `interactive.rs`); the state they share is `state.rs`.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::state::{Monitor, err, log};
 use super::workload::Workload;
-use super::workloads;
+use super::workload::lifecycle as workloads;
 use super::{Fault, Identity, MonitorConfig, Reply, Request, SOCKET};
 
 /// The longest request line the monitor reads (an exec carries a whole OCI process).
@@ -181,11 +181,11 @@ async fn connection(monitor: Rc<Monitor>, stream: UnixStream) {
         Request::Subscribe => return subscribe(&monitor, write).await,
         Request::ExecStream(req) => {
             let read = reader.into_inner().into_inner();
-            return super::interactive::exec(&monitor, *req, read, write).await;
+            return super::workload::interactive::exec(&monitor, *req, read, write).await;
         }
         Request::Attach { id, stdin } => {
             let read = reader.into_inner().into_inner();
-            return super::interactive::attach(&monitor, &id, stdin, read, write).await;
+            return super::workload::interactive::attach(&monitor, &id, stdin, read, write).await;
         }
         _ => {}
     }
@@ -213,7 +213,7 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
         Request::Signal { id, signal, all } => workloads::signal(monitor, &id, signal, all),
         Request::Forget { id } => workloads::forget(monitor, &id).await,
         Request::ReopenLog { id } => workloads::reopen_log(monitor, &id),
-        Request::Exec(req) => super::exec::run(monitor, *req).await,
+        Request::Exec(req) => super::workload::exec::run(monitor, *req).await,
         Request::Subscribe | Request::ExecStream(_) | Request::Attach { .. } => err(
             Fault::Invalid,
             "a streaming request is answered elsewhere".into(),

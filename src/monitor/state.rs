@@ -1,6 +1,7 @@
 //! The monitor's state, shared by its tasks (all on one thread), and the helpers every handler
-//! of a request uses. The serving loop (`server.rs`) and the handlers (`workloads.rs`,
-//! `exec.rs`, `interactive.rs`) stand over this file; it calls none of them.
+//! of a request uses. The serving loop (`server.rs`) and the handlers (`workload/`: its
+//! `lifecycle.rs`, `exec.rs`, `interactive.rs`) stand over this file; it calls none of them
+//! but the runtime worker's classification of a failure.
 //!
 //! Children: every process the monitor reaps is looked up in `Children`. A container's
 //! process belongs to a workload; an exec's process or a worker has a waiter. A process can be
@@ -17,7 +18,8 @@ use nix::unistd::Pid;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::workload::Workload;
-use super::{Event, Fault, Identity, MonitorConfig, Reply, worker};
+use super::workload::worker;
+use super::{Event, Fault, Identity, MonitorConfig, Reply};
 
 /// Reap statuses kept for owners not known yet.
 const MAX_UNCLAIMED: usize = 1024;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
 use super::exec_seccomp::SeccompExecutor;
-use super::{CreateRequest, Fault};
+use crate::monitor::{CreateRequest, Fault};
 use crate::sys::{self, ForkResult};
 
 /// The three standard streams of the process a worker creates.
@@ -387,7 +387,7 @@ fn render(e: &dyn std::error::Error) -> String {
 
 /// Whether libcontainer's failure is the request's fault: a command or working directory
 /// that the image does not have is something the user fixes, not the node.
-pub(super) fn classify(error: &str) -> Fault {
+pub(in crate::monitor) fn classify(error: &str) -> Fault {
     const REQUEST_FAULTS: [&str; 3] = [
         "not found in $PATH",
         "PATH environment variable is not set",

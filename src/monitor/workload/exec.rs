@@ -11,9 +11,9 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
-use super::state::{Monitor, err, failed_as_logged};
 use super::worker::{self, Job, Outcome, Stdio};
-use super::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
+use crate::monitor::state::{Monitor, err, failed_as_logged};
+use crate::monitor::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
 
 /// How long output is still read after the process exited (a child it left behind may hold
 /// the pipes open for good).

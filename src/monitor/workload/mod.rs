@@ -1,6 +1,19 @@
-//! One container of the pod as the monitor holds it: its request, its main process until it is
-//! reaped, its log and output relays, its attachers and OOM watch. The verbs on it are in
-//! `workloads.rs`; the table of them is the monitor's state (`state.rs`).
+//! What the monitor runs inside its pod: the containers and the processes executed in them.
+//!
+//! This file holds one container as the monitor holds it: its request, its main process until
+//! it is reaped, its log and output relays, its attachers and OOM watch. The verbs on it are in
+//! `lifecycle.rs`; the table of them is the monitor's state (`../state.rs`). Processes started
+//! in a container (`exec.rs`, and `interactive.rs` for streams and attach) and containers alike
+//! go through a runtime worker (`worker.rs`, libcontainer in a process of its own); `logs.rs`
+//! writes CRI log files and `oom.rs` watches for OOM kills.
+
+pub(super) mod exec;
+mod exec_seccomp;
+pub(super) mod interactive;
+pub(super) mod lifecycle;
+mod logs;
+pub(super) mod oom;
+pub(super) mod worker;
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
@@ -9,9 +22,9 @@ use std::rc::Rc;
 
 use nix::unistd::Pid;
 
-use super::logs::{self, LogFile, Relay};
-use super::oom::OomWatch;
 use super::{ContainerState, CreateRequest, ExitInfo};
+use logs::{LogFile, Relay};
+use oom::OomWatch;
 
 /// One container of the pod.
 pub struct Workload {

@@ -165,8 +165,8 @@ pub struct Relay {
 impl Relay {
     fn copy_to_attachers(&self, data: &[u8]) {
         let frame_stream = match self.stream {
-            Stream::Stdout => super::frame::STDOUT,
-            Stream::Stderr => super::frame::STDERR,
+            Stream::Stdout => crate::monitor::frame::STDOUT,
+            Stream::Stderr => crate::monitor::frame::STDERR,
         };
         self.attachers
             .borrow_mut()

@@ -12,12 +12,12 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
+use super::Workload;
 use super::logs::{self, LogFile, Relay, Stream};
 use super::oom::{OomWatch, oom_kills};
-use super::state::{Monitor, err, failed_as_logged, log, now_nanos};
 use super::worker::{self, Job, Outcome, Stdio};
-use super::workload::Workload;
-use super::{CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
+use crate::monitor::state::{Monitor, err, failed_as_logged, log, now_nanos};
+use crate::monitor::{CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
 
 /// What the monitor keeps of the container's standard streams.
 struct Ours {
@@ -123,7 +123,7 @@ fn standard_streams(req: &CreateRequest) -> std::io::Result<(Stdio, Ours, Option
     if req.tty {
         let path = req.dir.join("console.sock");
         let _ = std::fs::remove_file(&path);
-        let (_dir, short) = super::short_socket_path(&req.dir, "console.sock")?;
+        let (_dir, short) = crate::monitor::short_socket_path(&req.dir, "console.sock")?;
         let listener = std::os::unix::net::UnixListener::bind(short)?;
         listener.set_nonblocking(true)?;
         let theirs = Stdio {

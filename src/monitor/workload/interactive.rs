@@ -17,9 +17,9 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::state::{Monitor, err, failed_as_logged};
 use super::worker::{self, Job, Outcome, Stdio};
-use super::{ExecStreamRequest, Fault, RUNTIME_LOG, Reply, frame};
+use crate::monitor::state::{Monitor, err, failed_as_logged};
+use crate::monitor::{ExecStreamRequest, Fault, RUNTIME_LOG, Reply, frame};
 
 /// Output chunks an attacher may be behind by before it is detached.
 const ATTACH_BACKLOG: usize = 256;
@@ -132,7 +132,7 @@ fn console(
         crate::model::new_id().get(..16).unwrap_or("0")
     );
     let path = dir.join(&name);
-    let (_dir, short) = super::short_socket_path(dir, &name)?;
+    let (_dir, short) = crate::monitor::short_socket_path(dir, &name)?;
     let listener = std::os::unix::net::UnixListener::bind(short)?;
     // The socket file is not needed once the init connected; the listener keeps it alive.
     listener.set_nonblocking(true)?;
