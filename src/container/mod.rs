@@ -1,7 +1,9 @@
-//! Containers: their lifecycle (create, start, stop, remove, resource updates, exits, recovery
-//! at start), one file per verb here; what a container is made of in `bundle/` (rootfs,
-//! volumes, OCI spec); its processes and streams in `io/` (ExecSync, exec and attach, log
-//! reopening); what clients read in `observe/` (events, statistics, status). This file holds
+//! Containers: their lifecycle, one file per verb: creation, start, resource updates and
+//! recovery at start here; how a container ends (exits, stop, removal and its background
+//! reclaim, the release of what it held, a pod's stop reaching its containers) in `ending/`;
+//! what a container is made of in `bundle/` (rootfs, volumes, OCI spec); its processes and
+//! streams in `io/` (ExecSync, exec and attach, log reopening); what clients read in
+//! `observe/` (events, statistics, status). This file holds
 //! the table of containers and what the verbs share.
 //!
 //! A container lives in its pod's monitor, which creates it through libcontainer, is its
@@ -18,22 +20,18 @@
 //! - a name (pod, name, attempt) belongs to at most one container, reserved before creation
 //!   and released when the container is removed or its creation fails;
 //! - a removed container leaves the table once its tombstone is on disk; what it held is
-//!   reclaimed in the background, and its pod's Stop and Remove wait for that (`remove.rs`).
+//!   reclaimed in the background, and its pod's Stop and Remove wait for that (`ending/remove.rs`).
 
 mod bundle;
 mod create;
-mod exits;
+mod ending;
 mod io;
 pub mod model;
 mod observe;
 mod plugins;
-mod pod;
 mod ready;
 mod recover;
-mod remove;
 mod start;
-mod stop;
-mod teardown;
 mod update;
 
 use std::collections::HashMap;
@@ -46,6 +44,7 @@ pub use bundle::idmap::probe as probe_user_namespaces;
 use bundle::{host, idmap, poststop, prepare, rootfs, volumes};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
+use ending::{remove, teardown};
 pub use io::interactive;
 use observe::{events, stats, status};
 
@@ -299,7 +298,7 @@ pub struct Containers {
     events: crate::events::Hub<ContainerEvent>,
     /// What statistics remember between calls (CPU readings, writable layer usage).
     stats: stats::StatsState,
-    /// Removed containers whose resources are still being reclaimed (`remove.rs`).
+    /// Removed containers whose resources are still being reclaimed (`ending/remove.rs`).
     reclaims: remove::Reclaims,
 }
 

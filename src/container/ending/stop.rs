@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::monitor_of;
-use super::{ContainerError, Containers, Held, Phase, detached};
+use crate::container::monitor_of;
+use crate::container::{ContainerError, Containers, Held, Phase, detached};
 
 /// How long a container may take to die after SIGKILL before stopping it is an error.
 const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -26,7 +26,7 @@ impl Containers {
         .await
     }
 
-    pub(super) async fn stop_held(
+    pub(in crate::container) async fn stop_held(
         &self,
         held: &Held,
         timeout: Duration,
@@ -88,7 +88,7 @@ impl Containers {
     async fn stopped_for_plugins(&self, held: &Held) {
         let record = held.entry.snapshot();
         let nri = &self.sandboxes.context().nri;
-        nri.stop_container(&held.id, &super::plugins::status(&record))
+        nri.stop_container(&held.id, &crate::container::plugins::status(&record))
             .await;
     }
 }

@@ -7,13 +7,13 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::monitor_of;
-use super::{Containers, ExitInfo, Phase, now_nanos};
+use crate::container::monitor_of;
+use crate::container::{Containers, ExitInfo, Phase, now_nanos};
 use crate::monitor::{ContainerState, EXIT_FILE, Event, Subscription};
 
 impl Containers {
     /// Follows the events of pod `pod_id`'s monitor, unless a task does already.
-    pub(super) fn watch_pod(self: &Arc<Self>, pod_id: &str) {
+    pub(in crate::container) fn watch_pod(self: &Arc<Self>, pod_id: &str) {
         self.watch_pod_from(pod_id, None);
     }
 
@@ -21,7 +21,7 @@ impl Containers {
     /// meanwhile (starts the daemon did not record, exits) is applied before this returns,
     /// so a daemon that starts serving after recovery never reports a state the monitor has
     /// already left (a started container still Created, an exited one still running).
-    pub(super) async fn catch_up(self: &Arc<Self>, pod_id: &str) {
+    pub(in crate::container) async fn catch_up(self: &Arc<Self>, pod_id: &str) {
         let monitor = self
             .sandboxes
             .get(pod_id)
@@ -101,7 +101,11 @@ impl Containers {
     }
 
     /// Applies the exit a start left waiting, if any.
-    pub(super) fn take_pending_exit(&self, id: &str, entry: &super::Entry) {
+    pub(in crate::container) fn take_pending_exit(
+        &self,
+        id: &str,
+        entry: &crate::container::Entry,
+    ) {
         let pending = entry
             .pending_exit
             .lock()
@@ -112,7 +116,7 @@ impl Containers {
         }
     }
 
-    fn finish_exit(&self, id: &str, entry: &super::Entry, exit: ExitInfo) {
+    fn finish_exit(&self, id: &str, entry: &crate::container::Entry, exit: ExitInfo) {
         if entry.snapshot().phase == Phase::Exited {
             return;
         }
@@ -131,7 +135,7 @@ impl Containers {
                     self.note(&record.pod_id, fact);
                 }
                 self.announce_exit(&record);
-                self.publish(id, super::EventKind::Stopped, &record.pod_id);
+                self.publish(id, crate::container::EventKind::Stopped, &record.pod_id);
             }
             Err(e) => {
                 tracing::error!(container_id = %id, error = %e, "recording a container's exit")
@@ -142,7 +146,7 @@ impl Containers {
     /// The pod's monitor is gone, and so is every process of the pod: each container not yet
     /// exited ends with the exit its monitor recorded, or as killed when there is none (its
     /// leftover processes are killed first).
-    pub(super) fn monitor_gone(&self, pod_id: &str) {
+    pub(in crate::container) fn monitor_gone(&self, pod_id: &str) {
         for id in self.of_pod(pod_id) {
             let Ok(record) = self.get(&id) else { continue };
             if matches!(record.phase, Phase::Exited | Phase::Creating) {
@@ -212,7 +216,7 @@ async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscrip
             drop(c);
             if died_on_its_own(&me, &pod_id).await {
                 if let Some(c) = me.upgrade() {
-                    c.publish(&pod_id, super::EventKind::Stopped, &pod_id);
+                    c.publish(&pod_id, crate::container::EventKind::Stopped, &pod_id);
                 }
             }
             return;
@@ -241,7 +245,7 @@ async fn died_on_its_own(me: &Weak<Containers>, pod_id: &str) -> bool {
 }
 
 /// The history's account of the exit `record` holds.
-fn exited(record: &super::ContainerRecord) -> Option<crate::history::Fact> {
+fn exited(record: &crate::container::ContainerRecord) -> Option<crate::history::Fact> {
     Some(crate::history::Fact::ContainerExited {
         container: record.id.clone(),
         name: record.spec.metadata.name.clone(),

@@ -28,11 +28,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{ContainerError, ContainerRecord, Containers, detached, poststop, teardown};
+use crate::container::{ContainerError, ContainerRecord, Containers, detached, poststop, teardown};
 use crate::store::RELEASE_FAILED;
 
 /// What a container's record is renamed to when it is removed.
-pub(super) const TOMBSTONE: &str = "removing.json";
+pub(in crate::container) const TOMBSTONE: &str = "removing.json";
 
 impl Containers {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), ContainerError> {
@@ -62,7 +62,11 @@ impl Containers {
             me.spawn_reclaim(record.clone());
             me.sandboxes.context().nri.remove_container(&held.id).await;
             tracing::info!("container removed");
-            me.publish(&held.id, super::EventKind::Deleted, &record.pod_id);
+            me.publish(
+                &held.id,
+                crate::container::EventKind::Deleted,
+                &record.pod_id,
+            );
             Ok(())
         })
         .await
@@ -86,7 +90,7 @@ impl Containers {
     }
 
     /// Reclaims what `record`'s container held, in the background; it is pending already.
-    pub(super) fn spawn_reclaim(self: &Arc<Self>, record: Arc<ContainerRecord>) {
+    pub(in crate::container) fn spawn_reclaim(self: &Arc<Self>, record: Arc<ContainerRecord>) {
         let me = self.clone();
         let span = tracing::info_span!("reclaim", container_id = %record.id);
         tokio::spawn(tracing::Instrument::instrument(
@@ -116,13 +120,13 @@ impl Containers {
 
     /// Waits until no reclaim of pod `pod_id`'s containers runs (StopPodSandbox: the pod's
     /// teardown removes the cgroups they remove).
-    pub(super) async fn reclaimed(&self, pod_id: &str) {
+    pub(in crate::container) async fn reclaimed(&self, pod_id: &str) {
         self.reclaims.wait(pod_id).await;
     }
 
     /// Waits for the reclaims of pod `pod_id`'s containers and retries the failed ones once
     /// (RemovePodSandbox): an error if one still fails, so that the pod stays for a retry.
-    pub(super) async fn settle_reclaims(
+    pub(in crate::container) async fn settle_reclaims(
         self: &Arc<Self>,
         pod_id: &str,
     ) -> Result<(), ContainerError> {
@@ -141,14 +145,14 @@ impl Containers {
     }
 
     /// The containers whose reclaim is pending (recovery leaves their files to it).
-    pub(super) fn reclaiming(&self) -> HashSet<String> {
+    pub(in crate::container) fn reclaiming(&self) -> HashSet<String> {
         self.reclaims.ids()
     }
 }
 
 /// The reclaims under way or failed, by container id.
 #[derive(Default)]
-pub(super) struct Reclaims {
+pub(in crate::container) struct Reclaims {
     pending: Mutex<HashMap<String, Pending>>,
     /// Bumped when a reclaim ends, well or not.
     ended: tokio::sync::watch::Sender<u64>,
@@ -166,7 +170,7 @@ impl Reclaims {
     }
 
     /// Notes that `record`'s container is being reclaimed.
-    pub(super) fn begin(&self, record: &Arc<ContainerRecord>) {
+    pub(in crate::container) fn begin(&self, record: &Arc<ContainerRecord>) {
         let pending = Pending {
             record: record.clone(),
             failed: None,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::{ContainerError, Containers};
+use crate::container::{ContainerError, Containers};
 use crate::sandbox::SandboxError;
 
 impl Containers {
@@ -31,7 +31,7 @@ impl Containers {
         // Whatever the monitor took with it when it went.
         self.monitor_gone(&pod.id);
         if was_ready {
-            self.publish(&pod.id, super::EventKind::Stopped, &pod.id);
+            self.publish(&pod.id, crate::container::EventKind::Stopped, &pod.id);
         }
         Ok(())
     }
@@ -55,7 +55,7 @@ impl Containers {
             .remove(&pod.id);
         let last = self.sandboxes.get(&pod.id)?;
         self.sandboxes.remove(&pod.id).await?;
-        self.publish_for(&pod.id, super::EventKind::Deleted, last);
+        self.publish_for(&pod.id, crate::container::EventKind::Deleted, last);
         Ok(())
     }
 }

@@ -5,12 +5,15 @@
 //! recovery. All steps run even when one fails; the failures are reported together and the
 //! record stays for a retry.
 
-use super::monitor_of;
-use super::{ContainerError, ContainerRecord, Containers, rootfs};
+use crate::container::monitor_of;
+use crate::container::{ContainerError, ContainerRecord, Containers, rootfs};
 use crate::monitor::{Fault, MonitorError};
 use crate::sandbox::Timed;
 
-pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
+pub(in crate::container) async fn release(
+    c: &Containers,
+    record: &ContainerRecord,
+) -> Result<(), String> {
     let mut errors = Vec::new();
     let forgotten = Timed::start("monitor forgot the container");
     if let Err(e) = forget(c, record).await {
@@ -19,7 +22,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
     drop(forgotten);
     crate::failpoint!("container.teardown.after_forget");
     // Its processes are gone: the OCI spec's poststop hooks run now, before anything goes.
-    super::poststop::run(&c.ctx.container_dir(&record.id), &record.id).await;
+    crate::container::poststop::run(&c.ctx.container_dir(&record.id), &record.id).await;
     let (ctx, images, id, cgroup, record) = (
         c.ctx.clone(),
         c.images.clone(),
@@ -48,7 +51,7 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
             errors.push(format!("release the image: {e}"));
         }
         crate::failpoint!("container.teardown.after_image_release");
-        errors.extend(super::volumes::release_all(&images, &record));
+        errors.extend(crate::container::volumes::release_all(&images, &record));
         if errors.is_empty() {
             if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id)) {
                 errors.push(e);
@@ -70,7 +73,10 @@ pub(super) async fn release(c: &Containers, record: &ContainerRecord) -> Result<
 
 /// Has the pod's monitor forget the container (killing what is left of it). A monitor that is
 /// gone has nothing left to forget.
-pub(super) async fn forget(c: &Containers, record: &ContainerRecord) -> Result<(), String> {
+pub(in crate::container) async fn forget(
+    c: &Containers,
+    record: &ContainerRecord,
+) -> Result<(), String> {
     let Ok(pod) = c.sandboxes.get(&record.pod_id) else {
         return Ok(());
     };
