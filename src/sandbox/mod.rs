@@ -1,5 +1,8 @@
-//! Pod sandboxes: their lifecycle (run, stop, remove), status and listing, and recovery at
-//! start. One file per verb; this file holds the table of sandboxes and what the verbs share.
+//! Pod sandboxes: their lifecycle, one file per verb: RunPodSandbox, resource updates and
+//! recovery at start here; stop, removal and the release of what a pod holds in `ending/`;
+//! status, listing, statistics and readiness in `observe/`; the node's side of a pod (cgroups,
+//! files it mounts) in `host/`. This file holds the table of sandboxes and what the verbs
+//! share.
 //!
 //! Invariants:
 //! - a sandbox's record is saved before any resource is created for it (phase `Creating`), so a
@@ -8,18 +11,17 @@
 //! - a name (name, uid, namespace, attempt) belongs to at most one sandbox, reserved before
 //!   creation starts and released when the sandbox is removed or its creation fails.
 
+mod ending;
 pub mod host;
 pub mod model;
+mod observe;
 pub(crate) mod plugins;
-pub(crate) mod ready;
 mod recover;
-mod remove;
 mod run;
-mod stats;
-mod status;
-mod stop;
-mod teardown;
 mod update;
+use ending::teardown;
+pub(crate) use observe::ready;
+use observe::{stats, status};
 pub(crate) use teardown::Timed;
 #[cfg(any(test, fuzzing))]
 pub(crate) use validate::spec as validate_spec;

@@ -8,11 +8,14 @@ use std::path::Path;
 use crate::durable::umount2;
 use nix::mount::MntFlags;
 
-use super::SandboxContext;
-use super::model::SandboxRecord;
 use crate::monitor::{self, MonitorHandle};
+use crate::sandbox::SandboxContext;
+use crate::sandbox::model::SandboxRecord;
 
-pub(super) async fn release(ctx: &SandboxContext, record: &SandboxRecord) -> Result<(), String> {
+pub(in crate::sandbox) async fn release(
+    ctx: &SandboxContext,
+    record: &SandboxRecord,
+) -> Result<(), String> {
     // Two independent tracks: the processes (then what needs them gone: the cgroup, and the
     // pins CNI does not use), and the network (CNI DEL needs the netns, so its pin goes last).
     let (mut errors, network) =
@@ -42,7 +45,7 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
         }
         crate::failpoint!("sandbox.teardown.after_monitor");
     }
-    if let Err(e) = super::host::files::unmount_shm(&record.dir) {
+    if let Err(e) = crate::sandbox::host::files::unmount_shm(&record.dir) {
         errors.push(format!("unmount the pod's /dev/shm: {e}"));
     }
     let pins = &record.pins;
@@ -88,7 +91,7 @@ async fn release_network(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<St
 }
 
 /// Unmounts and deletes one namespace pin; a pin that is not there is fine.
-pub(super) fn unpin(pin: &Path) -> std::io::Result<()> {
+pub(in crate::sandbox) fn unpin(pin: &Path) -> std::io::Result<()> {
     match umount2(pin, MntFlags::MNT_DETACH) {
         Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
         Err(e) => return Err(e.into()),

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use super::model::Phase;
-use super::{Held, SandboxError, Sandboxes, teardown};
+use crate::sandbox::model::Phase;
+use crate::sandbox::{Held, SandboxError, Sandboxes, teardown};
 
 impl Sandboxes {
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let (me, id) = (self.clone(), id.to_owned());
-        super::detached(async move {
+        crate::sandbox::detached(async move {
             me.tell_plugins_stop(&id).await;
             match me.hold(&id).await? {
                 Some(held) => me.release_held(&held).await,
@@ -20,9 +20,9 @@ impl Sandboxes {
     }
 
     /// NRI's StopPodSandbox, before the pod's lock is taken (a plugin never holds up the pod's
-    /// other verbs): after its containers stopped (container/pod.rs), while the pod still has
+    /// other verbs): after its containers stopped (container/ending/pod.rs), while the pod still has
     /// its namespaces and network; once per pod, however many Stops come.
-    pub(super) async fn tell_plugins_stop(&self, id: &str) {
+    pub(in crate::sandbox) async fn tell_plugins_stop(&self, id: &str) {
         if let Ok(record) = self.get(id) {
             if record.phase.holds_resources() {
                 self.ctx.nri.stop_pod(&record.id).await;
@@ -32,7 +32,7 @@ impl Sandboxes {
 
     /// Releases what a held sandbox still holds and records the outcome: Stopped, or Exited
     /// (not ready, something left) when a step failed, so that the next Stop tries again.
-    pub(super) async fn release_held(&self, held: &Held) -> Result<(), SandboxError> {
+    pub(in crate::sandbox) async fn release_held(&self, held: &Held) -> Result<(), SandboxError> {
         let record = held.entry.snapshot();
         if !record.phase.holds_resources() {
             return Ok(());

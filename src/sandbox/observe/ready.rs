@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rustix::fs::StatVfsMountFlags;
 
-use super::Sandboxes;
+use crate::sandbox::Sandboxes;
 
 /// Why the runtime is not ready: a CamelCase reason and a sentence naming the path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use std::path::Path;
 
-use super::{SandboxContext, SandboxError, Sandboxes};
+use crate::sandbox::{SandboxContext, SandboxError, Sandboxes};
 
 impl Sandboxes {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
         let (me, id) = (self.clone(), id.to_owned());
-        super::detached(async move {
+        crate::sandbox::detached(async move {
             me.tell_plugins_stop(&id).await;
             let full = me.get(&id).map(|r| r.id.clone());
             me.remove_to_end(&id).await?;

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::model::SandboxRecord;
-use super::{SandboxError, Sandboxes};
+use crate::sandbox::model::SandboxRecord;
+use crate::sandbox::{SandboxError, Sandboxes};
 
 /// ListPodSandbox's filter; every field set must match.
 #[derive(Debug, Default, Clone)]

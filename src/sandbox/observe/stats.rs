@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::model::SandboxRecord;
-use super::status::SandboxFilter;
-use super::{SandboxError, Sandboxes};
+use crate::sandbox::model::SandboxRecord;
+use crate::sandbox::status::SandboxFilter;
+use crate::sandbox::{SandboxError, Sandboxes};
 use crate::stats::{CgroupSample, Detail, Interface};
 
 /// One pod's statistics.
@@ -45,7 +45,7 @@ impl Sandboxes {
             (Some(m), true) => m.pid,
             _ => return Err(SandboxError::NotReady(record.id.clone())),
         };
-        let timestamp = super::now_nanos();
+        let timestamp = crate::sandbox::now_nanos();
         let dirs = self.context().cgroups.pod_stat_dirs(&record.cgroup);
         let mut cgroup = crate::stats::read_cgroup(&dirs, detail, timestamp).map_err(|e| {
             SandboxError::Stats {
