@@ -20,8 +20,8 @@ impl Sandboxes {
     }
 
     /// NRI's StopPodSandbox, before the pod's lock is taken (a plugin never holds up the pod's
-    /// other verbs): after its containers stopped (container/ending/pod.rs), while the pod still has
-    /// its namespaces and network; once per pod, however many Stops come.
+    /// other verbs): after its containers stopped (container/ending/pod.rs), while the pod
+    /// still has its namespaces and network; once per pod, however many Stops come.
     pub(in crate::sandbox) async fn tell_plugins_stop(&self, id: &str) {
         if let Ok(record) = self.get(id) {
             if record.phase.holds_resources() {
