@@ -136,13 +136,7 @@ fn console(
     let listener = std::os::unix::net::UnixListener::bind(short)?;
     // The socket file is not needed once the init connected; the listener keeps it alive.
     listener.set_nonblocking(true)?;
-    let null = || -> std::io::Result<OwnedFd> {
-        Ok(std::fs::File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")?
-            .into())
-    };
+    let null = worker::dev_null;
     let stdio = Stdio {
         stdin: null()?,
         stdout: null()?,

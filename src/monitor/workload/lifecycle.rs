@@ -112,13 +112,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
 /// container gets its streams from the tty libcontainer creates; its master comes back on the
 /// console socket.
 fn standard_streams(req: &CreateRequest) -> std::io::Result<(Stdio, Ours, Option<PathBuf>)> {
-    let null = || -> std::io::Result<OwnedFd> {
-        Ok(std::fs::File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")?
-            .into())
-    };
+    let null = worker::dev_null;
     let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
     if req.tty {
         let path = req.dir.join("console.sock");

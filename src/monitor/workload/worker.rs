@@ -36,6 +36,15 @@ pub struct Stdio {
     pub stderr: OwnedFd,
 }
 
+/// `/dev/null`, for a stream of a process that has no use for it.
+pub fn dev_null() -> std::io::Result<OwnedFd> {
+    Ok(File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?
+        .into())
+}
+
 /// What a worker is to do.
 pub enum Job {
     Create {
