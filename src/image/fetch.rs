@@ -7,7 +7,8 @@
 //! limit, unpacks by the CPU count. Layers of one image download in parallel and unpack in
 //! order, each on top of the layers below it (a directory a layer leaves out takes the lower
 //! layers' metadata, a whiteout is written only for what they show: see `lower.rs`), while
-//! the later ones still download.
+//! the later ones still download. A layer's syncfs runs while the next one is extracted on top
+//! of its temporary tree; all are renamed into place at the end (`unpack_all`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use super::registry::Session;
 use super::registry::manifest::{self, Descriptor, ImageConfig, Manifest};
 use super::store::content::{CommitError, Ingest};
 use super::store::records::{ImageRecord, LayerRef};
-use super::{Images, PullError, local, off_thread};
+use super::{Images, PullError, TaskFailed, local, off_thread};
 
 /// Where blobs come from.
 pub enum Source<'a> {
@@ -107,12 +108,7 @@ impl Images {
             .collect();
         let _pins = self.pin(keys);
         let downloads = try_join_all(m.layers.iter().map(|d| self.ensure_blob(src, d)));
-        let unpacks = async {
-            for (i, (d, l)) in m.layers.iter().zip(&layers).enumerate() {
-                self.ensure_layer(src, d, l, &layers[..i]).await?;
-            }
-            Ok(())
-        };
+        let unpacks = self.unpack_all(src, m, &layers);
         futures_util::future::try_join(downloads, unpacks).await?;
 
         let mut blobs = vec![c.manifest_digest.clone(), m.config.digest.clone()];
@@ -216,6 +212,7 @@ impl Images {
             .reserve
             .check(&self.paths.ingest_dir(), size.unwrap_or(0))?;
         let what = format!("blob {}", desc.digest);
+        let started = std::time::Instant::now();
         let ingest = Ingest::create(&self.paths, desc.digest.algorithm())
             .map_err(local("creating", &self.paths.ingest_dir()))?;
         let ingest = match src {
@@ -232,8 +229,16 @@ impl Images {
                 off_thread("copying a blob", move || copy_file(&path, ingest)).await?
             }
         };
+        let fetched = started.elapsed();
         self.commit_ingest(ingest, &desc.digest, size, &what)
             .await?;
+        tracing::debug!(
+            blob = %desc.digest.short(),
+            size = desc.size,
+            fetch_ms = fetched.as_millis() as u64,
+            commit_ms = (started.elapsed() - fetched).as_millis() as u64,
+            "blob stored"
+        );
         crate::failpoint!("image.pull.after_blob");
         Ok(())
     }
@@ -270,19 +275,60 @@ impl Images {
         })
     }
 
-    /// Makes sure the layer is unpacked (fetching its blob first if needed) on top of `below`,
-    /// the layers under it (already unpacked), bottom first.
-    async fn ensure_layer(
+    /// Unpacks the layers of `m` bottom first, each on top of those below it. A layer's data
+    /// goes to disk (syncfs, on another thread) while the next one is extracted on top of its
+    /// temporary tree; the layers are sealed (renamed into place) bottom first once the last
+    /// one is extracted, so no tree a later layer reads moves under it.
+    async fn unpack_all(
+        &self,
+        src: &Source<'_>,
+        m: &Manifest,
+        layers: &[LayerRef],
+    ) -> Result<(), PullError> {
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut result = Ok(());
+        for (i, (desc, layer)) in m.layers.iter().zip(layers).enumerate() {
+            let lowers = layers[..i]
+                .iter()
+                .rev()
+                .map(
+                    |b| match pending.iter().find(|p| p.chain_id == b.chain_id) {
+                        Some(p) => p.extracted.fs(),
+                        None => self.paths.layer_fs(&b.chain_id),
+                    },
+                )
+                .collect();
+            match self.extract_layer(src, desc, layer, lowers).await {
+                Ok(Some(p)) => pending.push(p),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        // Sealed even after a failure above them: a retry finds these layers done.
+        for p in pending {
+            let sealed = self.seal(p).await;
+            result = result.and(sealed);
+        }
+        result
+    }
+
+    /// Extracts the layer (fetching its blob first if needed) on top of `lowers` (topmost
+    /// first) and starts its sync; None if it is unpacked already. What it returns holds the
+    /// layer's lock until sealed.
+    async fn extract_layer(
         &self,
         src: &Source<'_>,
         desc: &Descriptor,
         layer: &LayerRef,
-        below: &[LayerRef],
-    ) -> Result<(), PullError> {
-        let _one = self.layer_locks.lock(&layer.chain_id).await;
+        lowers: Vec<PathBuf>,
+    ) -> Result<Option<Pending>, PullError> {
+        let lock = self.layer_locks.lock(&layer.chain_id).await;
         let dir = self.paths.layer_dir(&layer.chain_id);
         if super::store::unpack::read_meta(&dir).is_some() {
-            return Ok(());
+            return Ok(None);
         }
         self.ensure_blob(src, desc).await?;
         let _permit = self
@@ -291,15 +337,10 @@ impl Images {
             .await
             .map_err(|_| PullError::ShuttingDown)?;
         let (paths, l) = (self.paths.clone(), layer.clone());
-        let lowers: Vec<PathBuf> = below
-            .iter()
-            .rev()
-            .map(|b| self.paths.layer_fs(&b.chain_id))
-            .collect();
         let reserve = self.settings.reserve;
         let blob = layer.blob.clone();
-        let meta = off_thread("unpacking a layer", move || {
-            super::store::unpack::unpack(
+        let extracted = off_thread("unpacking a layer", move || {
+            super::store::unpack::extract(
                 &paths,
                 &paths.blob(&l.blob),
                 &l.diff_id,
@@ -310,10 +351,43 @@ impl Images {
             .map_err(|error| PullError::Layer { blob, error })
         })
         .await?;
+        let sync = tokio::task::spawn_blocking(extracted.syncer());
+        Ok(Some(Pending {
+            _lock: lock,
+            chain_id: layer.chain_id.clone(),
+            blob: layer.blob.clone(),
+            extracted,
+            sync,
+        }))
+    }
+
+    /// Renames an extracted layer into place once its data is on disk.
+    async fn seal(&self, p: Pending) -> Result<(), PullError> {
+        let blob = p.blob.clone();
+        let layer_error = move |error| PullError::Layer { blob, error };
+        let synced = p
+            .sync
+            .await
+            .map_err(|e| PullError::from(TaskFailed(format!("syncing a layer: {e}"))))?;
+        let extracted = p.extracted;
+        let meta = off_thread("sealing a layer", move || {
+            extracted.seal(synced).map_err(layer_error)
+        })
+        .await?;
         crate::failpoint!("image.pull.after_layer");
-        super::lock(&self.layer_usage).insert(layer.chain_id.clone(), meta);
+        super::lock(&self.layer_usage).insert(p.chain_id, meta);
         Ok(())
     }
+}
+
+/// A layer extracted and syncing, not yet in place; holds its lock (a concurrent pull of the
+/// same layer waits, then finds it done).
+struct Pending {
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+    chain_id: Digest,
+    blob: Digest,
+    extracted: super::store::unpack::Extracted,
+    sync: tokio::task::JoinHandle<super::store::unpack::Synced>,
 }
 
 /// Below glibc's default mmap threshold (128 KiB): a larger buffer, freed, raises that

@@ -47,6 +47,7 @@ pub mod lower;
 pub mod records;
 pub mod space;
 mod sparse;
+mod stream;
 mod tar_bounds;
 pub mod unpack;
 mod unpack_error;

@@ -5,10 +5,9 @@
 //! start; unpacking checks the free space as it writes. Both stop, with ResourceExhausted,
 //! when the filesystem would keep less than `image.min_free_percent` of its blocks or inodes.
 
-use std::cell::RefCell;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// Decompressed bytes between two free-space checks while unpacking.
 const CHECK_EVERY: u64 = 8 << 20;
@@ -76,7 +75,7 @@ fn mib(bytes: u64) -> String {
 }
 
 /// Where a [`Guarded`] reader leaves why it stopped: the tar reader reduces errors to text.
-pub type Tripped = Rc<RefCell<Option<NoSpace>>>;
+pub type Tripped = Arc<Mutex<Option<NoSpace>>>;
 
 /// Passes a decompressed layer through, checking the reserve every `CHECK_EVERY` bytes; when it
 /// trips, reading fails with StorageFull and `tripped` holds why.
@@ -106,7 +105,7 @@ impl<R: Read> Read for Guarded<R> {
             self.unchecked = 0;
             if let Err(e) = self.reserve.check(&self.dir, 0) {
                 let message = e.to_string();
-                *self.tripped.borrow_mut() = Some(e);
+                *crate::image::lock(&self.tripped) = Some(e);
                 return Err(io::Error::new(io::ErrorKind::StorageFull, message));
             }
         }
@@ -146,7 +145,7 @@ mod tests {
         let mut g = Guarded::new(&data[..], Reserve::new(100), here.path(), tripped.clone());
         let e = io::copy(&mut g, &mut io::sink()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull);
-        assert!(tripped.borrow().is_some());
+        assert!(crate::image::lock(&tripped).is_some());
         let mut ok = Guarded::new(&data[..], Reserve::new(0), here.path(), Tripped::default());
         assert_eq!(
             io::copy(&mut ok, &mut io::sink()).unwrap(),

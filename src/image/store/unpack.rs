@@ -13,6 +13,7 @@ use super::content::{StorePaths, remove_tree};
 use super::extract::Extractor;
 use super::lower::Lowers;
 use super::space::{Guarded, Reserve, Tripped};
+use super::stream::{self, Chunks};
 use super::tar_bounds::TarBounds;
 pub use super::unpack_error::UnpackError;
 use crate::image::digest::{Digest, HashingReader};
@@ -54,8 +55,20 @@ impl Drop for TmpDir {
     }
 }
 
+/// A layer extracted and measured under its temporary name (`layers/.tmp-*`), not yet durable
+/// nor visible: [`Extracted::seal`] makes it both. Dropped unsealed, it is removed. Until then
+/// the layer above it can be extracted on top of [`Extracted::fs`] while this one's data goes
+/// to disk.
+pub struct Extracted {
+    tmp: TmpDir,
+    dest: PathBuf,
+    layers_dir: PathBuf,
+    meta: LayerMeta,
+}
+
 /// Unpacks `blob` as the layer `chain_id` on top of the unpacked layers `lowers` (its chain's
-/// parents, topmost first). Blocking. Returns at once if the layer exists.
+/// parents, topmost first) in one call. Blocking. Returns at once if the layer exists.
+#[cfg(test)]
 pub fn unpack(
     paths: &StorePaths,
     blob: &Path,
@@ -64,10 +77,25 @@ pub fn unpack(
     lowers: &[PathBuf],
     reserve: Reserve,
 ) -> Result<LayerMeta, UnpackError> {
-    let dest = paths.layer_dir(chain_id);
-    if let Some(meta) = read_meta(&dest) {
+    if let Some(meta) = read_meta(&paths.layer_dir(chain_id)) {
         return Ok(meta);
     }
+    let extracted = extract(paths, blob, diff_id, chain_id, lowers, reserve)?;
+    let synced = extracted.syncer()();
+    extracted.seal(synced)
+}
+
+/// Extracts `blob` as the layer `chain_id` under a temporary name, on top of `lowers` (the
+/// layers below, topmost first: unpacked, or extracted and not yet sealed). Blocking.
+pub fn extract(
+    paths: &StorePaths,
+    blob: &Path,
+    diff_id: &Digest,
+    chain_id: &Digest,
+    lowers: &[PathBuf],
+    reserve: Reserve,
+) -> Result<Extracted, UnpackError> {
+    let dest = paths.layer_dir(chain_id);
     let mut rnd = [0u8; 6];
     getrandom::fill(&mut rnd)
         .map_err(|e| fs_err("creating", &dest)(io::Error::other(e.to_string())))?;
@@ -82,6 +110,7 @@ pub fn unpack(
     fs::set_permissions(&fs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .map_err(fs_err("chmod", &fs_dir))?;
     let file = File::open(blob).map_err(fs_err("opening", blob))?;
+    let started = std::time::Instant::now();
     let lowers = Lowers::new(lowers.to_vec());
     extract_tar(
         file,
@@ -101,21 +130,66 @@ pub fn unpack(
     };
     let json = serde_json::to_vec(&meta).expect("layer meta serializes");
     crate::durable::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
-    // Make the tree durable before it becomes visible, so a power loss cannot leave a complete
-    // looking layer with empty files. One syncfs is far cheaper than an fsync per file.
-    let dir = File::open(&tmp).map_err(fs_err("opening", &tmp))?;
-    rustix::fs::syncfs(&dir).map_err(|e| fs_err("syncing", &tmp)(e.into()))?;
-    match crate::durable::rename(&tmp, &dest) {
-        Ok(()) => {}
-        // Another unpack of the same layer finished first; both are verified, keep theirs.
-        Err(e) if dest.join("fs").is_dir() => tracing::debug!(error = %e, "layer already unpacked"),
-        Err(e) => return Err(fs_err("renaming into place", &dest)(e)),
+    // Where a slow pull's time goes, for whoever reads the debug log.
+    tracing::debug!(
+        layer = %chain_id.short(),
+        bytes,
+        inodes,
+        extract_ms = started.elapsed().as_millis() as u64,
+        "layer extracted"
+    );
+    Ok(Extracted {
+        tmp: guard,
+        dest,
+        layers_dir: paths.layers_dir(),
+        meta,
+    })
+}
+
+/// What [`Extracted::sync`] gives [`Extracted::seal`]: whether the layer's data is on disk.
+pub type Synced = Result<(), UnpackError>;
+
+impl Extracted {
+    /// The layer's tree, for the layer above to read as a lower while this one is unsealed.
+    pub fn fs(&self) -> PathBuf {
+        self.tmp.0.as_ref().expect("unsealed").join("fs")
     }
-    File::open(paths.layers_dir())
-        .and_then(|d| d.sync_all())
-        .map_err(fs_err("syncing", &dest))?;
-    drop(guard);
-    Ok(meta)
+
+    /// What makes the layer's data durable, to run on any thread: blocking, and the slow part
+    /// of sealing.
+    pub fn syncer(&self) -> impl FnOnce() -> Synced + Send + 'static {
+        let dir = File::open(self.tmp.0.as_ref().expect("unsealed"));
+        let dest = self.dest.clone();
+        move || {
+            let dir = dir.map_err(fs_err("opening", &dest))?;
+            let started = std::time::Instant::now();
+            rustix::fs::syncfs(&dir).map_err(|e| fs_err("syncing", &dest)(e.into()))?;
+            let sync_ms = started.elapsed().as_millis() as u64;
+            tracing::debug!(layer = %dest.display(), sync_ms, "layer synced");
+            Ok(())
+        }
+    }
+
+    /// Renames the layer into place once `synced` says its data is on disk, so a power loss
+    /// cannot leave a complete-looking layer with empty files. Blocking.
+    pub fn seal(mut self, synced: Synced) -> Result<LayerMeta, UnpackError> {
+        synced?;
+        let tmp = self.tmp.0.clone().expect("unsealed");
+        match crate::durable::rename(&tmp, &self.dest) {
+            Ok(()) => {}
+            // Another unpack of the same layer finished first; both are verified, keep theirs.
+            Err(e) if self.dest.join("fs").is_dir() => {
+                tracing::debug!(error = %e, "layer already unpacked");
+                return Ok(std::mem::take(&mut self.meta));
+            }
+            Err(e) => return Err(fs_err("renaming into place", &self.dest)(e)),
+        }
+        self.tmp.0 = None;
+        File::open(&self.layers_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fs_err("syncing", &self.dest))?;
+        Ok(std::mem::take(&mut self.meta))
+    }
 }
 
 /// Extracts a (possibly compressed) tar stream into the empty directory `dir` on top of
@@ -123,7 +197,7 @@ pub fn unpack(
 /// of `store` (the directory messages name, on the same filesystem) against `reserve`.
 /// Blocking.
 pub fn extract_tar(
-    input: impl Read,
+    input: impl Read + Send,
     dir: &Path,
     lowers: Lowers,
     diff_id: Option<&Digest>,
@@ -132,14 +206,15 @@ pub fn extract_tar(
 ) -> Result<(), UnpackError> {
     let tripped = Tripped::default();
     let result = extract_guarded(input, dir, lowers, diff_id, reserve, store, &tripped);
-    match tripped.take() {
+    let no_space = crate::image::lock(&tripped).take();
+    match no_space {
         Some(no_space) => Err(UnpackError::NoSpace(no_space)),
         None => result,
     }
 }
 
 fn extract_guarded(
-    input: impl Read,
+    input: impl Read + Send,
     dir: &Path,
     lowers: Lowers,
     diff_id: Option<&Digest>,
@@ -151,14 +226,14 @@ fn extract_guarded(
     let head = buffered
         .fill_buf()
         .map_err(|e| UnpackError::Corrupt(e.to_string()))?;
-    let decoder: Box<dyn Read> = match Compression::sniff(head) {
+    let decoder: Box<dyn Read + Send> = match Compression::sniff(head) {
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
         Compression::Zstd => Box::new(ZstdFrames::new(buffered)?),
         Compression::None => Box::new(buffered),
     };
     let guarded = Guarded::new(decoder, reserve, store, tripped.clone());
     let algorithm = diff_id.map_or(crate::image::digest::Algorithm::Sha256, |d| d.algorithm());
-    let mut hashing = HashingReader::new(guarded, algorithm);
+    let hashing = HashingReader::new(guarded, algorithm);
     let root = rustix::fs::open(
         dir,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
@@ -170,18 +245,28 @@ fn extract_guarded(
         source: e.into(),
     })?;
     let mut extractor = Extractor::new(root, lowers);
-    {
-        let mut archive = tar::Archive::new(TarBounds::new(&mut hashing));
-        for entry in archive
-            .entries()
-            .map_err(|e| UnpackError::Corrupt(e.to_string()))?
-        {
-            extractor.entry(entry.map_err(|e| UnpackError::Corrupt(e.to_string()))?)?;
-        }
-    }
-    let (actual, _) = hashing
-        .finish()
-        .map_err(|e| UnpackError::Corrupt(e.to_string()))?;
+    let (extracted, produced) = std::thread::scope(|scope| {
+        let (mut chunks, producer) = stream::spawn(scope, hashing);
+        let extracted = extract_entries(&mut chunks, &mut extractor);
+        // The tar's end-of-archive blocks leave padding unread, and the diff id covers it.
+        let drained = extracted.and_then(|()| {
+            io::copy(&mut chunks, &mut io::sink())
+                .map(drop)
+                .map_err(|e| UnpackError::Corrupt(e.to_string()))
+        });
+        drop(chunks);
+        (drained, producer.join())
+    });
+    let produced =
+        produced.map_err(|_| UnpackError::Corrupt("the decompressing thread panicked".into()))?;
+    let actual = match (produced, extracted) {
+        (Ok((digest, _)), Ok(())) => digest,
+        // The unpack stopped first (a bad entry, a failed write): the stream only saw it stop.
+        (Err(e), Err(first)) if stream::stopped(&e) => return Err(first),
+        // A failed read is the first cause; what the tar reader made of it is only its echo.
+        (Err(e), _) => return Err(UnpackError::Corrupt(e.to_string())),
+        (Ok(_), Err(e)) => return Err(e),
+    };
     if let Some(expected) = diff_id {
         if &actual != expected {
             return Err(UnpackError::DiffId {
@@ -191,6 +276,17 @@ fn extract_guarded(
         }
     }
     extractor.finish()
+}
+
+fn extract_entries(chunks: &mut Chunks, extractor: &mut Extractor) -> Result<(), UnpackError> {
+    let mut archive = tar::Archive::new(TarBounds::new(chunks));
+    for entry in archive
+        .entries()
+        .map_err(|e| UnpackError::Corrupt(e.to_string()))?
+    {
+        extractor.entry(entry.map_err(|e| UnpackError::Corrupt(e.to_string()))?)?;
+    }
+    Ok(())
 }
 
 /// A zstd stream may hold several frames back to back; each is decoded in turn.
@@ -331,6 +427,39 @@ mod tests {
         assert_eq!(fs::read(d.path().join("abs")).unwrap(), b"a");
         assert_eq!(fs::read(d.path().join("etc-file")).unwrap(), b"inside");
         assert_eq!(fs::read(d.path().join("x")).unwrap(), b"x");
+    }
+
+    /// Large enough that the decompressing thread is still at work when the tar fails.
+    fn big_layer_after(first: (&str, tar::EntryType, &[u8])) -> Vec<u8> {
+        let big = vec![7u8; 4 << 20];
+        tar_of(&[first, ("big", T::Regular, &big)])
+    }
+
+    #[test]
+    fn the_first_cause_of_a_failed_unpack_is_the_error() {
+        // The tar fails while the stream is still being made: the entry is the cause.
+        let (_d, r) = extract(&big_layer_after(("../x", T::Regular, b"x")));
+        assert!(matches!(r, Err(UnpackError::Traversal { .. })), "{r:?}");
+        // The stream fails mid-way: the decompressor's complaint is the cause, not the tar's.
+        let t = big_layer_after(("ok", T::Regular, b"x"));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, &t).unwrap();
+        let mut gz = gz.finish().unwrap();
+        let middle = gz.len() / 2;
+        gz.truncate(middle);
+        let dir = tempfile::tempdir().unwrap();
+        let r = extract_tar(
+            &gz[..],
+            dir.path(),
+            Lowers::default(),
+            Some(&Digest::of(&t)),
+            Reserve::new(0),
+            Path::new("/"),
+        );
+        match r {
+            Err(UnpackError::Corrupt(m)) => assert!(m.contains("deflate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
