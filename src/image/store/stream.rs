@@ -54,7 +54,7 @@ fn produce<R: Read>(
     empty: &Receiver<Vec<u8>>,
 ) -> Produced {
     // Either channel closing means the unpack stopped reading: it failed and has its reason.
-    let stopped = || io::Error::new(io::ErrorKind::BrokenPipe, STOPPED);
+    let stopped = || io::Error::new(io::ErrorKind::BrokenPipe, Stopped);
     loop {
         let mut buf = empty.recv().map_err(|_| stopped())?;
         match fill(&mut source, &mut buf) {
@@ -69,11 +69,14 @@ fn produce<R: Read>(
     }
 }
 
-const STOPPED: &str = "the unpack stopped reading";
+/// Why the producer gave up: the unpack stopped reading.
+#[derive(Debug, thiserror::Error)]
+#[error("the unpack stopped reading")]
+struct Stopped;
 
 /// Whether the producer ended because the unpack stopped reading (its error is the cause).
 pub fn stopped(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::BrokenPipe && e.to_string() == STOPPED
+    e.get_ref().is_some_and(|inner| inner.is::<Stopped>())
 }
 
 /// Reads into `buf` until it is full or the source ends: few, full chunks cost the least.
