@@ -143,7 +143,30 @@ fn manifests(image: &str, marker: &str) -> Vec<(&'static str, String)> {
 "#,
             ),
         ),
+        (
+            "orphan",
+            pod(
+                "orphan",
+                r#"  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: IMAGE
+    command: [sleep, "3601"]
+"#,
+            ),
+        ),
     ]
+}
+
+/// How many processes on the node run `sleep <arg>`.
+fn copies_of_sleep(arg: &str) -> usize {
+    let wanted = format!("sleep\0{arg}\0");
+    common::daemon::procfs_pids()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == wanted.as_bytes())
+        })
+        .count()
 }
 
 /// The container series of node conformance's ContainerMetrics spec (k8s.io/kubernetes
@@ -283,9 +306,8 @@ async fn kubelet_runs_static_pods_on_crust() {
         (Some(137), Some("OOMKilled")),
         "{oom:#}"
     );
-    // kubelet gives the pod's cgroup the sum of its containers' limits, 32 MiB too, and
-    // that cgroup also holds the pod's monitor: whichever limit the kernel found reached
-    // first is the one named.
+    // kubelet gives the pod's cgroup the sum of its containers' limits, 32 MiB too:
+    // whichever limit the kernel found reached first is the one named.
     let (first, report) = common::diagnose_cause(&e.d, &crust_id(&oom, "hog"));
     let who = "of pod default/oom-crust-node was OOM killed by";
     assert!(
@@ -346,6 +368,36 @@ async fn kubelet_runs_static_pods_on_crust() {
         std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap(),
         std::fs::read_link("/proc/self/ns/net").unwrap()
     );
+
+    // The pod's monitor killed: kubelet sees the pod not ready and makes it again, and at no
+    // moment do two copies of its container run (crust reports the old one exited only once
+    // its process is gone).
+    let orphan = k.wait_pod("orphan", "running", |s| running(s, "main"));
+    let first = crust_id(&orphan, "main");
+    let pod_id = crictl(&e, &["pods", "--name", "orphan-crust-node", "-q"]);
+    let mut c = e.d.client().await;
+    let monitor = common::monitor_pid(&mut c, pod_id.trim()).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(monitor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let copies = copies_of_sleep("3601");
+        assert!(copies <= 1, "{copies} copies of the orphan's container run");
+        let again = k.pod("orphan").map(|p| p["status"].clone());
+        if let Some(s) = again.filter(|s| running(s, "main") && crust_id(s, "main") != first) {
+            assert_eq!(copies_of_sleep("3601"), 1, "{s:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphan pod did not come back\nkubelet log:\n{}",
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // hostUsers: false: kubelet allocates the pod a range of host ids (its default, with no
     // `kubelet` user in /etc/subuid); the pod turns Ready with its root an unprivileged host

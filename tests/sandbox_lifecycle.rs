@@ -105,16 +105,24 @@ async fn pod_gets_namespaces_network_cgroup_dns_and_leaves_nothing_behind() {
         std::fs::read_to_string(d.sandbox_dir(&id).join("resolv.conf")).unwrap(),
         "search ns.svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
     );
-    // The pod cgroup exists and holds the monitor (in its leaf: the pod's containers get
-    // leaves of their own beside it).
-    let monitor_cgroup = format!("{}/crust-{id}/monitor", d.cgroup_parent);
-    let procs =
-        std::fs::read_to_string(Daemon::cgroup_dir(&monitor_cgroup, "memory").join("cgroup.procs"))
-            .unwrap();
-    assert!(
-        procs.lines().any(|l| l == pid_s),
-        "monitor {pid} is in the pod cgroup: {procs}"
+    // The pod cgroup exists, empty until containers join it: the monitor lives in a cgroup
+    // of crust's own, so a pod's memory limit never picks it.
+    let pod_cgroup = format!("{}/crust-{id}", d.cgroup_parent);
+    let procs = |path: &str| {
+        std::fs::read_to_string(Daemon::cgroup_dir(path, "memory").join("cgroup.procs")).unwrap()
+    };
+    assert_eq!(
+        procs(&pod_cgroup),
+        "",
+        "the pod cgroup holds no process of crust's"
     );
+    let monitor_cgroup = format!("{}/monitors/{id}", d.cgroup_parent);
+    assert!(
+        procs(&monitor_cgroup).lines().any(|l| l == pid_s),
+        "monitor {pid} is in its own cgroup: {}",
+        procs(&monitor_cgroup)
+    );
+    assert_eq!(info["monitorCgroup"], monitor_cgroup.as_str());
     assert_eq!(d.allocated_ips(), std::slice::from_ref(&ip));
 
     // Stop: everything is released, the record stays.
@@ -598,7 +606,8 @@ async fn pod_stats_measure_the_pod_cgroup_and_network() {
     let mem = linux.memory.unwrap();
     assert!(mem.working_set_bytes.unwrap().value > 0, "{mem:?}");
     assert!(mem.usage_bytes.unwrap().value >= mem.working_set_bytes.unwrap().value);
-    assert!(linux.process.unwrap().process_count.unwrap().value >= 2);
+    // The worker: the monitor is not the pod's (it lives in a cgroup of crust's own).
+    assert!(linux.process.unwrap().process_count.unwrap().value >= 1);
     let net = linux.network.unwrap();
     let eth0 = net.default_interface.unwrap();
     assert_eq!(eth0.name, "eth0");

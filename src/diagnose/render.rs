@@ -145,7 +145,12 @@ fn line(e: &Entry) -> String {
             format!("RunPodSandbox (attempt {attempt}) failed at \"{step}\": {error}")
         }
         Fact::SandboxStopped => format!("sandbox {sandbox} stopped"),
-        Fact::MonitorDied { pid } => format!("sandbox {sandbox}: its monitor (pid {pid}) exited"),
+        Fact::MonitorDied { pid, cause } if cause.is_empty() => {
+            format!("sandbox {sandbox}: its monitor (pid {pid}) exited")
+        }
+        Fact::MonitorDied { pid, cause } => {
+            format!("sandbox {sandbox}: its monitor (pid {pid}) {cause}")
+        }
         Fact::SandboxRemoved => format!("sandbox {sandbox} removed"),
         Fact::ContainerCreated {
             container,

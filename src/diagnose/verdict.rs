@@ -124,24 +124,45 @@ fn pod_trouble(pod: &PodFacts, timeline: &[Entry]) -> Option<Verdict> {
             )),
         },
         Some("not ready") => {
-            let died = timeline.iter().rev().find_map(|e| match e.fact {
-                Fact::MonitorDied { pid } => Some(pid),
-                _ => None,
-            });
+            let died = timeline
+                .iter()
+                .rposition(|e| matches!(e.fact, Fact::MonitorDied { .. }));
             let problem = pod.problem.clone().unwrap_or_default();
             Some(match died {
-                Some(pid) => verdict(
-                    "monitor_died",
-                    format!(
-                        "pod {name} is not ready: its monitor (pid {pid}) exited, and its \
-                         containers with it"
-                    ),
-                ),
+                Some(at) => verdict("monitor_died", monitor_died(name, &timeline[at..])),
                 None => verdict("not_ready", format!("pod {name} is not ready: {problem}")),
             })
         }
         _ => None,
     }
+}
+
+/// The story of a pod whose monitor died: why, as far as is known, and the containers that
+/// ended with it (the exits recorded after the death, `since[0]`).
+fn monitor_died(name: &str, since: &[Entry]) -> String {
+    let Some(Fact::MonitorDied { pid, cause }) = since.first().map(|e| &e.fact) else {
+        return format!("pod {name} is not ready");
+    };
+    let how = if cause.is_empty() {
+        "exited"
+    } else {
+        cause.as_str()
+    };
+    let took: Vec<&str> = since
+        .iter()
+        .filter_map(|e| match &e.fact {
+            Fact::ContainerExited { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let with = match took.as_slice() {
+        [] => "no container was running".to_owned(),
+        names => format!(
+            "its containers ended with it, killed by crust once it was gone: {}",
+            names.join(", ")
+        ),
+    };
+    format!("pod {name} is not ready: its monitor (pid {pid}) {how}; {with}")
 }
 
 /// The newest attempt of each container name (the facts are sorted by name, newest first).

@@ -23,9 +23,12 @@ pub enum Fact {
         error: String,
     },
     SandboxStopped,
-    /// The pod's monitor exited while the pod was ready (killed, or crashed).
+    /// The pod's monitor exited while the pod was ready (killed, or crashed); `cause` is what
+    /// the node could tell of why (`sandbox::MonitorDeath`).
     MonitorDied {
         pid: i32,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        cause: String,
     },
     SandboxRemoved,
     ContainerCreated {

@@ -8,12 +8,26 @@ fn stopped() -> Fact {
 fn facts_are_read_back_in_order_per_pod() {
     let dir = tempfile::tempdir().unwrap();
     let h = History::new(dir.path());
-    h.note("ns", "a", "s1", Fact::MonitorDied { pid: 7 });
+    h.note(
+        "ns",
+        "a",
+        "s1",
+        Fact::MonitorDied {
+            pid: 7,
+            cause: String::new(),
+        },
+    );
     h.note("ns", "b", "s2", stopped());
     h.note("ns", "a", "s1", stopped());
     let a = read(dir.path(), "ns/a");
     assert_eq!(a.len(), 2);
-    assert_eq!(a[0].fact, Fact::MonitorDied { pid: 7 });
+    assert_eq!(
+        a[0].fact,
+        Fact::MonitorDied {
+            pid: 7,
+            cause: String::new()
+        }
+    );
     assert_eq!(a[1].fact, stopped());
     assert!(a.iter().all(|e| e.pod == "ns/a" && e.sandbox == "s1"));
     assert_eq!(read(dir.path(), "ns/b").len(), 1);
@@ -25,7 +39,15 @@ fn a_pod_keeps_its_newest_facts_only() {
     let dir = tempfile::tempdir().unwrap();
     let h = History::new(dir.path());
     for pid in 0..(MAX_LINES as i32 + 10) {
-        h.note("ns", "a", "s", Fact::MonitorDied { pid });
+        h.note(
+            "ns",
+            "a",
+            "s",
+            Fact::MonitorDied {
+                pid,
+                cause: String::new(),
+            },
+        );
     }
     let a = read(dir.path(), "ns/a");
     assert!(a.len() <= MAX_LINES, "{} facts kept", a.len());
@@ -33,13 +55,22 @@ fn a_pod_keeps_its_newest_facts_only() {
     assert_eq!(
         a.last().unwrap().fact,
         Fact::MonitorDied {
-            pid: MAX_LINES as i32 + 9
+            pid: MAX_LINES as i32 + 9,
+            cause: String::new(),
         }
     );
     // A daemon started later counts what is there instead of starting from zero.
     let again = History::new(dir.path());
     for pid in 0..MAX_LINES as i32 {
-        again.note("ns", "a", "s", Fact::MonitorDied { pid });
+        again.note(
+            "ns",
+            "a",
+            "s",
+            Fact::MonitorDied {
+                pid,
+                cause: String::new(),
+            },
+        );
     }
     assert!(read(dir.path(), "ns/a").len() <= MAX_LINES);
 }
@@ -53,11 +84,25 @@ fn a_torn_line_is_skipped() {
     let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
     f.write_all(b"{\"at\":1,\"pod\":\"ns/a\",\"sandb").unwrap();
     // The daemon that starts after the crash writes on a line of its own.
-    History::new(dir.path()).note("ns", "a", "s", Fact::MonitorDied { pid: 1 });
+    History::new(dir.path()).note(
+        "ns",
+        "a",
+        "s",
+        Fact::MonitorDied {
+            pid: 1,
+            cause: String::new(),
+        },
+    );
     let a = read(dir.path(), "ns/a");
     assert_eq!(a.len(), 2, "only the torn line is skipped: {a:?}");
     assert_eq!(a[0].fact, stopped());
-    assert_eq!(a[1].fact, Fact::MonitorDied { pid: 1 });
+    assert_eq!(
+        a[1].fact,
+        Fact::MonitorDied {
+            pid: 1,
+            cause: String::new()
+        }
+    );
 }
 
 #[test]

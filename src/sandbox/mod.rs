@@ -11,6 +11,7 @@
 //! - a name (name, uid, namespace, attempt) belongs to at most one sandbox, reserved before
 //!   creation starts and released when the sandbox is removed or its creation fails.
 
+mod death;
 mod ending;
 pub mod host;
 pub mod model;
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use death::{MonitorDeath, monitor_death};
 pub use host::cgroup::CgroupSettings;
 pub use model::*;
 pub use ready::NotReady;

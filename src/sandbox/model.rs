@@ -138,6 +138,11 @@ pub struct SandboxRecord {
     pub pins: NamespacePins,
     /// The pod cgroup, as the cgroup library names it.
     pub cgroup: String,
+    /// The monitor's cgroup, outside the pod's (`CgroupSettings::monitor_path`); none in a
+    /// record of a crust that kept the monitor in the pod cgroup's leaf `monitor`, which goes
+    /// with the pod cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor_cgroup: Option<String>,
     pub network: Option<NetworkState>,
     pub dir: PathBuf,
     /// Why the sandbox is not ready although it should be: what its last teardown or rollback
@@ -151,6 +156,11 @@ impl crate::store::Record for SandboxRecord {
 }
 
 impl SandboxRecord {
+    /// The cgroup the monitor lives in (see `monitor_cgroup`).
+    pub fn monitor_cgroup(&self) -> &str {
+        self.monitor_cgroup.as_deref().unwrap_or(&self.cgroup)
+    }
+
     /// The pod's addresses, while it still has its network.
     pub fn ips(&self) -> &[IpAddr] {
         match (&self.network, self.phase) {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::model::{Phase, SandboxRecord};
 use super::{SandboxContext, Sandboxes, teardown};
+use crate::history::Fact;
 use crate::monitor::MonitorHandle;
 
 /// What recovery found, for the start-up log line.
@@ -105,7 +106,18 @@ impl Sandboxes {
             };
             if !alive {
                 crate::metrics::monitor_died();
-                tracing::warn!(pod_id = %record.id, "pod monitor is gone; sandbox is not ready");
+                let death = super::monitor_death(&self.ctx.cgroups, &record);
+                tracing::warn!(pod_id = %record.id, %death, "pod monitor died while crust was down; sandbox is not ready");
+                let pid = record.monitor.map_or(0, |m| m.pid);
+                let cause = death.to_string();
+                self.ctx.note(
+                    &record,
+                    Fact::MonitorDied {
+                        pid,
+                        cause: cause.clone(),
+                    },
+                );
+                record.problem = Some(format!("the pod monitor (pid {pid}) {cause}"));
                 record.phase = Phase::Exited;
                 if let Err(e) = self.save(&record) {
                     tracing::error!(pod_id = %record.id, error = %e, "saving sandbox record");
@@ -143,7 +155,8 @@ impl Sandboxes {
 
 impl SandboxRecord {
     /// The most that can be known of a sandbox whose record is lost: where its pins and monitor
-    /// would be. Its cgroup and CNI attachment cannot be named and are left alone.
+    /// and the monitor's cgroup would be. Its pod cgroup and CNI attachment cannot be named
+    /// and are left alone.
     fn orphan(ctx: &SandboxContext, id: String) -> SandboxRecord {
         let pin = |kind: &str| Some(ctx.ns_dir().join(format!("{id}.{kind}")));
         SandboxRecord {
@@ -161,6 +174,7 @@ impl SandboxRecord {
                 user: pin("user"),
             },
             cgroup: String::new(),
+            monitor_cgroup: Some(ctx.cgroups.monitor_path(&id)),
             network: None,
             id,
             problem: None,

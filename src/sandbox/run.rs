@@ -154,12 +154,20 @@ impl Sandboxes {
             if !me.table().by_id.contains_key(&rec.id) {
                 return;
             }
-            tracing::warn!(pod_id = %rec.id, pid = identity.pid, "pod monitor exited; sandbox is not ready");
+            let death = super::monitor_death(&me.ctx.cgroups, &rec);
+            tracing::warn!(pod_id = %rec.id, pid = identity.pid, %death, "pod monitor died; sandbox is not ready");
             crate::metrics::monitor_died();
-            me.ctx.note(&rec, Fact::MonitorDied { pid: identity.pid });
+            let cause = death.to_string();
+            me.ctx.note(
+                &rec,
+                Fact::MonitorDied {
+                    pid: identity.pid,
+                    cause: cause.clone(),
+                },
+            );
             let exited = me.commit(&entry, |r| {
                 r.phase = Phase::Exited;
-                r.problem = Some(format!("the pod monitor (pid {}) exited", identity.pid));
+                r.problem = Some(format!("the pod monitor (pid {}) {cause}", identity.pid));
             });
             if let Err(e) = exited {
                 tracing::error!(pod_id = %rec.id, error = %e, "saving sandbox record");
@@ -212,6 +220,7 @@ fn plan(
     };
     Ok(SandboxRecord {
         cgroup: ctx.cgroups.pod_path(&spec.cgroup_parent, &id),
+        monitor_cgroup: Some(ctx.cgroups.monitor_path(&id)),
         dir: ctx.sandbox_dir(&id),
         created_at: now_nanos(),
         phase: Phase::Creating,
@@ -354,11 +363,12 @@ async fn bring_up(
     pids.extend(handle.identity.init_pid);
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
+    let monitor_path = record.monitor_cgroup().to_owned();
     let span = tracing::Span::current();
     let cgroup = tokio::task::spawn_blocking(move || {
         let _in = span.enter();
         let _t = Timed::start("pod cgroup created");
-        let created = cgroups.create_pod(&path, &pids);
+        let created = cgroups.create_pod(&path, &monitor_path, &pids);
         if created.is_ok() {
             crate::failpoint!("sandbox.run.after_cgroup");
         }

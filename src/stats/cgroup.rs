@@ -77,6 +77,20 @@ pub fn tasks(dirs: &CgroupDirs) -> u64 {
     single(&dir.join("pids.current")).unwrap_or(0)
 }
 
+/// How many of the cgroup's processes the kernel's OOM killer has killed, whoever's limit (or
+/// the node's memory) ran out: v1's `memory.oom_control`, v2's `memory.events`. 0 when the
+/// cgroup or the count is not there.
+pub fn oom_kills(dirs: &CgroupDirs) -> u64 {
+    let (file, dir) = match dirs {
+        CgroupDirs::V2(dir) => ("memory.events", dir),
+        CgroupDirs::V1 { memory, .. } => ("memory.oom_control", memory),
+    };
+    flat_keyed(&dir.join(file))
+        .ok()
+        .and_then(|m| m.get("oom_kill").copied())
+        .unwrap_or(0)
+}
+
 /// A cgroup directory opened once, its files opened relative to it: the kernel then walks one
 /// path component per file instead of the whole `/sys/fs/cgroup/...` path, which was the larger
 /// part of reading a container's statistics.

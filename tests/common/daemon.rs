@@ -293,7 +293,8 @@ impl Daemon {
             .collect()
     }
 
-    /// Pod cgroups left under this daemon's cgroup parent, in every hierarchy (v1 or v2).
+    /// Pod cgroups and monitors' cgroups left under this daemon's cgroup parent, in every
+    /// hierarchy (v1 or v2).
     pub fn pod_cgroups(&self) -> Vec<String> {
         let mut left = Vec::new();
         for root in cgroup_roots() {
@@ -301,6 +302,12 @@ impl Daemon {
             for e in Daemon::entries(&dir) {
                 if e.starts_with("crust-") {
                     left.push(format!("{}/{e}", dir.display()));
+                }
+            }
+            let monitors = dir.join("monitors");
+            for e in Daemon::entries(&monitors) {
+                if monitors.join(&e).is_dir() {
+                    left.push(format!("{}/{e}", monitors.display()));
                 }
             }
         }

@@ -137,13 +137,12 @@ pub fn processes() -> Vec<Proc> {
 }
 
 /// The runtime's own processes for pod `id`, not its containers' workloads: those naming the pod
-/// in their command line (crust's monitor; containerd's shim) or sitting in the pod's own
-/// cgroup (containerd's pause, `.../<id>` or `...-<id>.scope`; crust's monitor and pod init,
-/// `.../crust-<id>/monitor`). A container's cgroup is below the pod's and named after the
+/// in their command line (crust's monitor; containerd's shim) or sitting in a cgroup named
+/// after the pod (containerd's pause, `.../<id>` or `...-<id>.scope`; crust's monitor and pod
+/// init, `.../monitors/<id>`). A container's cgroup is below the pod's and named after the
 /// container, so its processes are not counted.
 pub fn runtime_processes<'a>(all: &'a [Proc], id: &'a str) -> impl Iterator<Item = i32> + 'a {
     let own = move |path: &str| {
-        let path = path.strip_suffix("/monitor").unwrap_or(path);
         let path = path.strip_suffix(".scope").unwrap_or(path);
         path.ends_with(id)
     };

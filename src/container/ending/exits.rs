@@ -143,32 +143,125 @@ impl Containers {
         }
     }
 
-    /// The pod's monitor is gone, and so is every process of the pod: each container not yet
-    /// exited ends with the exit its monitor recorded, or as killed when there is none (its
-    /// leftover processes are killed first).
-    pub(in crate::container) fn monitor_gone(&self, pod_id: &str) {
+    /// The pod's monitor is gone, so no process of the pod has a parent that records its
+    /// exit. Each container not yet exited ends: every process left in its cgroup is killed,
+    /// and only once none is left is its exit recorded, the one its monitor wrote if it wrote
+    /// one, else a kill by crust whose message says `why`. So no client ever reads a container
+    /// exited while a process of it still runs (kubelet would start a second copy beside it).
+    /// False while a container's processes outlive the kill: the caller tries again.
+    pub(in crate::container) async fn monitor_gone(&self, pod_id: &str, why: Gone) -> bool {
+        let pod = self.sandboxes.get(pod_id).ok();
+        let message = why.message(&self.ctx.cgroups, pod.as_deref());
+        let mut all_ended = true;
         for id in self.of_pod(pod_id) {
             let Ok(record) = self.get(&id) else { continue };
             if matches!(record.phase, Phase::Exited | Phase::Creating) {
                 continue;
             }
+            if !end_processes(&self.ctx.cgroups, &record.cgroup).await {
+                tracing::warn!(container_id = %id, "the container's processes outlive SIGKILL; its exit waits for them");
+                all_ended = false;
+                continue;
+            }
             let recorded = self.ctx.container_dir(&id).join(EXIT_FILE);
-            let exit = crate::store::load::<ExitInfo>(&recorded).unwrap_or_else(|_| {
-                kill_leftovers(&self.ctx.cgroups, &record.cgroup);
-                ExitInfo {
-                    code: 128 + nix::sys::signal::Signal::SIGKILL as i32,
-                    signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
-                    finished_at: now_nanos(),
-                    oom_killed: false,
-                    oom_scope: None,
-                    message: "the pod's monitor exited and took the container's process with it"
-                        .into(),
-                }
+            let exit = crate::store::load::<ExitInfo>(&recorded).unwrap_or_else(|_| ExitInfo {
+                code: 128 + nix::sys::signal::Signal::SIGKILL as i32,
+                signal: Some(nix::sys::signal::Signal::SIGKILL as i32),
+                finished_at: now_nanos(),
+                oom_killed: false,
+                oom_scope: None,
+                message: message.clone(),
             });
             if let Ok((_, entry)) = self.entry(&id) {
                 self.finish_exit(&id, &entry, exit);
             }
         }
+        all_ended
+    }
+}
+
+/// Why a pod's containers lost their monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::container) enum Gone {
+    /// It died while the pod was meant to run.
+    Died,
+    /// StopPodSandbox stopped it, after stopping the containers (this takes what they left).
+    PodStopped,
+}
+
+impl Gone {
+    /// The exit message of a container crust killed for this reason.
+    fn message(
+        self,
+        cgroups: &crate::sandbox::CgroupSettings,
+        pod: Option<&crate::sandbox::SandboxRecord>,
+    ) -> String {
+        match (self, pod) {
+            (Gone::PodStopped, _) => "killed by crust as its pod stopped".to_owned(),
+            (Gone::Died, Some(pod)) => {
+                let pid = pod
+                    .monitor
+                    .map_or(String::new(), |m| format!(" (pid {})", m.pid));
+                let death = crate::sandbox::monitor_death(cgroups, pod);
+                format!(
+                    "killed by crust: the pod's monitor{pid} {death}, and no container runs without it"
+                )
+            }
+            (Gone::Died, None) => {
+                "killed by crust: the pod's monitor died, and no container runs without it"
+                    .to_owned()
+            }
+        }
+    }
+}
+
+/// How long a container's processes may take to die after SIGKILL before its end waits for a
+/// later round.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Kills every process of cgroup `path` until none is left: none listed in the cgroup, and
+/// each one it listed dead, a zombie at most (a process leaves its cgroup a moment before it
+/// has exited). False if some outlive `KILL_GRACE` (in uninterruptible sleep: the kernel's to
+/// end).
+async fn end_processes(cgroups: &crate::sandbox::CgroupSettings, path: &str) -> bool {
+    let deadline = std::time::Instant::now() + KILL_GRACE;
+    let mut seen: Vec<crate::monitor::Identity> = Vec::new();
+    loop {
+        let (cgroups, path) = (cgroups.clone(), path.to_owned());
+        let found = tokio::task::spawn_blocking(move || cgroups.kill_all(&path))
+            .await
+            .unwrap_or_default();
+        for pid in found.iter().copied() {
+            let start_time = crate::monitor::process_start_time(pid);
+            if let (Some(start_time), false) = (start_time, seen.iter().any(|p| p.pid == pid)) {
+                seen.push(crate::monitor::Identity {
+                    pid,
+                    start_time,
+                    init_pid: None,
+                });
+            }
+        }
+        seen.retain(crate::monitor::is_alive);
+        if found.is_empty() && seen.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Ends the containers of pod `pod_id`, whose monitor died, trying again each second while
+/// some outlive their kill.
+async fn end_with_monitor(me: &Weak<Containers>, pod_id: &str) {
+    loop {
+        let Some(c) = me.upgrade() else { return };
+        if c.monitor_gone(pod_id, Gone::Died).await {
+            return;
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -183,7 +276,8 @@ async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscrip
             .ok()
             .and_then(|p| monitor_of(&p).ok())
         else {
-            c.monitor_gone(&pod_id);
+            drop(c);
+            end_with_monitor(&me, &pod_id).await;
             return;
         };
         let subscribed = match first.take() {
@@ -212,8 +306,8 @@ async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscrip
         }
         let Some(c) = me.upgrade() else { return };
         if !crate::monitor::is_alive(&monitor.identity) {
-            c.monitor_gone(&pod_id);
             drop(c);
+            end_with_monitor(&me, &pod_id).await;
             if died_on_its_own(&me, &pod_id).await {
                 if let Some(c) = me.upgrade() {
                     c.publish(&pod_id, crate::container::EventKind::Stopped, &pod_id);
@@ -253,13 +347,4 @@ fn exited(record: &crate::container::ContainerRecord) -> Option<crate::history::
         started_at: record.started_at,
         exit: record.exit.clone()?,
     })
-}
-
-fn kill_leftovers(cgroups: &crate::sandbox::CgroupSettings, cgroup: &str) {
-    for pid in cgroups.pids(cgroup) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
 }

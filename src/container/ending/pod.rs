@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::exits::Gone;
 use crate::container::{ContainerError, Containers};
 use crate::sandbox::SandboxError;
 
@@ -28,8 +29,8 @@ impl Containers {
         // pod's teardown removes: they end first.
         self.reclaimed(&pod.id).await;
         self.sandboxes.stop(&pod.id).await?;
-        // Whatever the monitor took with it when it went.
-        self.monitor_gone(&pod.id);
+        // What a failed stop left, now that the monitor is gone.
+        self.monitor_gone(&pod.id, Gone::PodStopped).await;
         if was_ready {
             self.publish(&pod.id, crate::container::EventKind::Stopped, &pod.id);
         }

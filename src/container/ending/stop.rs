@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::exits::Gone;
 use crate::container::monitor_of;
 use crate::container::{ContainerError, Containers, Held, Phase, detached};
 
@@ -45,9 +46,14 @@ impl Containers {
         };
         self.sandboxes.context().note(&pod, asked);
         let Ok(monitor) = monitor_of(&pod) else {
-            // The pod's monitor is gone, and its processes with it.
-            self.monitor_gone(&record.pod_id);
-            return Ok(());
+            // The pod's monitor is gone: its containers end without it.
+            return match self.monitor_gone(&record.pod_id, Gone::Died).await {
+                true => Ok(()),
+                false => Err(ContainerError::Unkillable {
+                    id: held.id.clone(),
+                    timeout: KILL_GRACE,
+                }),
+            };
         };
         let mut exited = held.entry.exited.subscribe();
         let signal = |sig: Signal, all: bool| {

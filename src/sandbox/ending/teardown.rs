@@ -59,11 +59,15 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
     }
     let cgroups = ctx.cgroups.clone();
     let path = record.cgroup.clone();
+    // The monitor's own cgroup, when it has one apart from the pod's (see `monitor_cgroup`).
+    let monitor_path = Some(record.monitor_cgroup().to_owned()).filter(|m| *m != path);
     let span = tracing::Span::current();
     let removed = tokio::task::spawn_blocking(move || {
         let _in = span.enter();
         let _t = Timed::start("pod cgroup removed");
-        cgroups.remove(&path).map_err(|e| e.to_string())
+        let pod = cgroups.remove(&path);
+        let monitor = monitor_path.map_or(Ok(()), |m| cgroups.remove(&m));
+        pod.and(monitor).map_err(|e| e.to_string())
     });
     if let Err(e) = removed.await.map_err(|e| e.to_string()).and_then(|r| r) {
         errors.push(format!("remove pod cgroup: {e}"));

@@ -1,13 +1,20 @@
 //! Pod and container cgroups, through libcgroups (the library libcontainer uses, so crust has
 //! one cgroup implementation), on cgroup v1, hybrid or v2 (detected, never assumed).
 //!
-//! Layout with the cgroupfs driver: the pod cgroup is `<parent>/crust-<pod id>`; the pod's
-//! monitor lives in its leaf `monitor`, each container in `<pod cgroup>/<container id>`, so the
-//! pod cgroup holds (and its statistics cover) everything of the pod, and on cgroup v2 no
-//! process sits in a cgroup that has children (the "no internal processes" rule). With the
-//! systemd driver the monitor's scope is `crust-<pod id>.scope` and each container's
-//! `crust-<container id>.scope`, side by side in the parent slice, as kubelet's systemd driver
-//! expects (scopes cannot nest).
+//! Layout with the cgroupfs driver: the pod cgroup is `<parent>/crust-<pod id>`, each
+//! container in `<pod cgroup>/<container id>`, so the pod cgroup holds (and its statistics and
+//! limits cover) the pod's containers, and on cgroup v2 no process sits in a cgroup that has
+//! children (the "no internal processes" rule). With the systemd driver each container's scope
+//! is `crust-<container id>.scope`, side by side in the parent slice, as kubelet's systemd
+//! driver expects (scopes cannot nest).
+//!
+//! The pod's monitor (and the init of a shared PID namespace) is crust's, not the pod's: it
+//! lives outside the pod's cgroup, in `<default parent>/monitors/<pod id>` (cgroupfs) or the
+//! scope `crust-<pod id>.scope` of the default slice (systemd), as containerd's shims live in
+//! containerd's cgroup rather than the pod's. So the kernel's OOM killer, when the pod reaches
+//! its memory limit, picks among the pod's containers and never the process that holds the
+//! pod's namespaces and is the parent of its containers; and the monitor's memory is counted
+//! as the runtime's, not against the pod's limit.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,8 +39,8 @@ pub struct CgroupSettings {
     pub unified: bool,
 }
 
-/// The monitor's leaf inside a cgroupfs pod cgroup.
-const MONITOR_LEAF: &str = "monitor";
+/// Where the monitors live below the default parent, with the cgroupfs driver.
+const MONITORS: &str = "monitors";
 
 impl CgroupSettings {
     /// Settings for the hierarchy mounted at `root`.
@@ -80,10 +87,15 @@ impl CgroupSettings {
         }
     }
 
-    fn monitor_path(&self, pod: &str) -> String {
+    /// The cgroup of pod `id`'s monitor: crust's own, outside the pod's (see the module doc).
+    /// With systemd it is the scope a pod in the default slice is named by.
+    pub fn monitor_path(&self, id: &str) -> String {
         match self.driver {
-            CgroupDriver::Cgroupfs => format!("{pod}/{MONITOR_LEAF}"),
-            CgroupDriver::Systemd => pod.to_owned(),
+            CgroupDriver::Cgroupfs => format!(
+                "{}/{MONITORS}/{id}",
+                self.default_parent.trim_end_matches('/')
+            ),
+            CgroupDriver::Systemd => self.pod_path("", id),
         }
     }
 
@@ -122,9 +134,44 @@ impl CgroupSettings {
             .map_err(|e| err(path, e))
     }
 
-    /// Creates the pod cgroup `pod` and moves the monitor's `pids` into their place in it.
-    pub fn create_pod(&self, pod: &str, pids: &[i32]) -> Result<(), CgroupError> {
-        self.create(&self.monitor_path(pod), pids)
+    /// Creates the monitor's cgroup `monitor` with the monitor's `pids` in it, and the empty
+    /// pod cgroup `pod` its containers will join (with systemd the pod's cgroup is kubelet's
+    /// slice, or the monitor's scope: nothing more to make).
+    pub fn create_pod(&self, pod: &str, monitor: &str, pids: &[i32]) -> Result<(), CgroupError> {
+        self.create(monitor, pids)?;
+        if self.driver == CgroupDriver::Cgroupfs {
+            self.create_empty(pod)?;
+        }
+        Ok(())
+    }
+
+    /// Creates cgroup `path` (cgroupfs) with no process in it, in every hierarchy; on v2 its
+    /// ancestors and itself hand their controllers down, so its limits can be written and its
+    /// children get them (what libcgroups does for a path it moves a process into).
+    fn create_empty(&self, path: &str) -> Result<(), CgroupError> {
+        let rel = self.relative_dir(path);
+        let rel = rel.strip_prefix("/").unwrap_or(&rel);
+        if self.unified {
+            let mut dir = self.root.clone();
+            for part in rel.components() {
+                enable_controllers(&dir);
+                dir.push(part);
+                match crate::durable::create_dir(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(err(path, e));
+                    }
+                    _ => {}
+                }
+            }
+            enable_controllers(&dir);
+        } else {
+            for root in hierarchy_roots(&self.root) {
+                crate::durable::create_dir_all(root.join(rel)).map_err(|e| err(path, e))?;
+                inherit_cpuset(&root, rel).map_err(|e| err(path, e))?;
+            }
+        }
+        crate::durable::step("cgroup made", path);
+        Ok(())
     }
 
     /// Creates the cgroup (if needed) and moves `pids` into it.
@@ -250,6 +297,27 @@ impl CgroupSettings {
         }
     }
 
+    /// Sends SIGKILL to every process in cgroup `path` and its children; returns the pids it
+    /// found there (none: the cgroup is empty or gone). On v2 through `cgroup.kill`, which
+    /// also takes a process forked meanwhile; on v1 pid by pid, so a caller waiting for the
+    /// cgroup to empty calls it again until it finds none.
+    pub fn kill_all(&self, path: &str) -> Vec<i32> {
+        let pids = self.pids(path);
+        if pids.is_empty() {
+            return pids;
+        }
+        let kill_file = self.controller_dir(path, "").join("cgroup.kill");
+        if !(self.unified && crate::durable::write(&kill_file, "1").is_ok()) {
+            for pid in &pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        pids
+    }
+
     /// The pids in the cgroup (empty when it does not exist).
     pub fn pids(&self, path: &str) -> Vec<i32> {
         self.manager(path)
@@ -296,6 +364,39 @@ impl CgroupSettings {
         let scope = self.controller_dir(path, "");
         super::beyond_systemd::write(&self.root, &scope, resources).map_err(|e| err(path, e))
     }
+}
+
+/// Enables, best effort, every controller cgroup v2 directory `dir` has for its children (a
+/// controller the parent withholds, or one a process inside forbids, stays off: a limit that
+/// needs it fails when written, naming it).
+fn enable_controllers(dir: &Path) {
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let (available, enabled) = (read("cgroup.controllers"), read("cgroup.subtree_control"));
+    for c in available.split_whitespace() {
+        if !enabled.split_whitespace().any(|e| e == c) {
+            let _ = crate::durable::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+        }
+    }
+}
+
+/// In v1's cpuset hierarchy (`root`, if it is that one), gives each cgroup from `root` down to
+/// `rel` whose CPUs or memory nodes are empty its parent's: a process cannot join a cpuset
+/// cgroup without them (what libcgroups does as it moves a process in).
+fn inherit_cpuset(root: &Path, rel: &Path) -> std::io::Result<()> {
+    if !root.join("cpuset.cpus").exists() {
+        return Ok(());
+    }
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mut dir = root.to_owned();
+        for part in rel.components() {
+            let parent = std::fs::read_to_string(dir.join(file))?;
+            dir.push(part);
+            if std::fs::read_to_string(dir.join(file))?.trim().is_empty() {
+                crate::durable::write(dir.join(file), parent.trim())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every mounted cgroup hierarchy under `root`: the controllers' directories on v1 (each
@@ -436,7 +537,8 @@ mod tests {
         let pod = s.pod_path("/kubepods/pod1/", "ab");
         assert_eq!(pod, "/kubepods/pod1/crust-ab");
         assert_eq!(s.container_path(&pod, "cd"), "/kubepods/pod1/crust-ab/cd");
-        assert_eq!(s.monitor_path(&pod), "/kubepods/pod1/crust-ab/monitor");
+        // The monitor is out of the pod's cgroup, whatever its parent.
+        assert_eq!(s.monitor_path("ab"), "/crust/monitors/ab");
         assert_eq!(
             s.controller_dir(&pod, "memory"),
             Path::new("/sys/fs/cgroup/memory/kubepods/pod1/crust-ab")
@@ -448,7 +550,6 @@ mod tests {
             s.container_path(&pod, "cd"),
             "kubepods-burstable-pod1.slice:crust:cd"
         );
-        assert_eq!(s.monitor_path(&pod), pod);
         // A slice given as a path (critest sends `/test.slice`) is named by its last part.
         assert_eq!(s.pod_path("/test.slice", "ab"), "test.slice:crust:ab");
         assert_eq!(
@@ -460,6 +561,8 @@ mod tests {
             ..s
         };
         assert_eq!(s.pod_path("/", "ab"), "crust.slice:crust:ab");
+        // The monitor's scope is in crust's slice, not in kubelet's slice of the pod.
+        assert_eq!(s.monitor_path("ab"), "crust.slice:crust:ab");
         assert_eq!(
             s.controller_dir(&s.container_path(&pod, "cd"), "memory"),
             Path::new(

@@ -72,6 +72,7 @@ impl SandboxView {
             "monitor": r.monitor,
             "namespaces": r.pins,
             "cgroup": r.cgroup,
+            "monitorCgroup": r.monitor_cgroup(),
             "sandboxDir": r.dir,
             "cni": r.network.as_ref().map(|n| json!({
                 "network": n.list.name,
