@@ -47,7 +47,7 @@ fn container(e: &Env, name: &str, script: &str, pid: pb::NamespaceMode) -> pb::C
 /// The processes in a container's cgroup, as the host numbers them.
 async fn processes_of(e: &mut Env, id: &str) -> Vec<i64> {
     let cgroup = e.info(id).await["cgroup"].as_str().unwrap().to_owned();
-    let procs = common::daemon::Daemon::cgroup_dir(&cgroup, "memory").join("cgroup.procs");
+    let procs = Daemon::cgroup_dir(&cgroup, "memory").join("cgroup.procs");
     std::fs::read_to_string(procs)
         .unwrap()
         .lines()
@@ -320,7 +320,7 @@ async fn a_port_forward_under_way_ends_with_its_monitor_and_so_does_its_containe
         let id = e.run(&pod, container(&e, "web", web, pid_mode)).await;
         let pids = wait_processes(&mut e, &id, 1).await;
         let local = free_port();
-        let _forward = common::forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
+        let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !tokio::task::spawn_blocking(move || http_get(local))
             .await
