@@ -100,7 +100,7 @@ async fn capabilities_privileges_and_read_only_root() {
     // containerd's default set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
     // NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP.
     assert_eq!(cap_eff(&mut e, &id).await, 0xa80425fb);
-    // Masked and read-only kernel paths.
+    // Masked and read-only kernel paths: kubelet's lists for procMount Default.
     let r = e
         .exec(&id, &["sh", "-c", "cat /proc/kcore | head -c 1 | wc -c"])
         .await;

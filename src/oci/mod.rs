@@ -348,7 +348,14 @@ mod tests {
         );
         assert_eq!(linux.rootfs_propagation().as_deref(), Some("private"));
         assert_eq!(linux.sysctl(), &None);
-        assert_eq!(linux.masked_paths().as_ref().map(|p| p.len()), Some(11));
+        assert_eq!(
+            linux.masked_paths().as_ref(),
+            Some(&fx.spec.security.masked_paths)
+        );
+        assert_eq!(
+            linux.readonly_paths().as_ref(),
+            Some(&fx.spec.security.readonly_paths)
+        );
         let seccomp = linux.seccomp().as_ref().unwrap();
         assert_eq!(seccomp.default_action(), LinuxSeccompAction::ScmpActErrno);
         let kinds: Vec<_> = linux
