@@ -216,6 +216,67 @@ async fn every_adjustment_kind_reaches_the_container() {
     );
 }
 
+/// The CPU manager's cpuset-only UpdateContainerResources: plugins get the request as it came
+/// (the cpuset alone, as containerd hands it to them), and the container they are told about
+/// keeps its memory and CPU limits beside the new cpuset.
+#[tokio::test]
+async fn a_cpuset_only_update_keeps_the_limits_plugins_see() {
+    let mut e = env("").await;
+    let plugin = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "watcher", "30", &[]);
+    let pod = e.pod("nri-cpuset").await;
+    let mut config = e.config("pooled", &["sleep", "600"]);
+    config.linux.as_mut().unwrap().resources = Some(pb::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_shares: 512,
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        cpuset_cpus: "0-1".into(),
+        ..Default::default()
+    });
+    let id = e.run(&pod, config).await;
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            cpuset_cpus: "1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let seen = plugin.wait_for("PostUpdateContainer", Duration::from_secs(20), |ev| {
+        ev["event"] == "PostUpdateContainer" && ev["container"] == id.as_str()
+    });
+    let resources: Value = serde_json::from_str(seen["detail"].as_str().unwrap()).unwrap();
+    let figure = |v: &Value| v.to_string().trim_matches('"').to_owned();
+    assert_eq!(
+        figure(&resources["memory"]["limit"]["value"]),
+        (64u64 << 20).to_string(),
+        "{resources}"
+    );
+    assert_eq!(
+        figure(&resources["cpu"]["quota"]["value"]),
+        "50000",
+        "{resources}"
+    );
+    assert_eq!(
+        figure(&resources["cpu"]["shares"]["value"]),
+        "512",
+        "{resources}"
+    );
+    assert_eq!(resources["cpu"]["cpus"], "1", "{resources}");
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(
+        (
+            linux.memory_limit_in_bytes,
+            linux.cpu_quota,
+            linux.cpuset_cpus.as_str()
+        ),
+        (64 << 20, 50_000, "1")
+    );
+    e.end_pod(&pod.0).await;
+}
+
 #[tokio::test]
 async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_eviction_stops_it() {
     let mut e = env("").await;
