@@ -86,6 +86,39 @@ async fn command_args_env_cwd_and_users_are_as_asked() {
     remove_pod(&mut e.c, &pod.0).await;
 }
 
+/// A Secret's binary data as an env value (CRI carries values as bytes): the container starts,
+/// and its process gets the value as containerd passes it, each byte that is not UTF-8
+/// replaced by U+FFFD.
+#[tokio::test]
+async fn env_values_that_are_not_utf8_reach_the_process_as_containerd_passes_them() {
+    let mut e = Env::start().await;
+    let pod = e.pod("binary-env").await;
+    let mut config = e.config("binary", &["sleep", "600"]);
+    config.envs = vec![
+        pb::KeyValue {
+            key: "TOKEN".into(),
+            value: b"\xffab\xe2\x82".to_vec(),
+        },
+        pb::KeyValue {
+            key: "PLAIN".into(),
+            value: "caf\u{e9}".into(),
+        },
+    ];
+    let id = e.run(&pod, config).await;
+    let r = e.exec(&id, &["cat", "/proc/1/environ"]).await;
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let env: Vec<&[u8]> = r.stdout.split(|b| *b == 0).collect();
+    let token = "TOKEN=\u{fffd}ab\u{fffd}\u{fffd}".as_bytes();
+    assert!(
+        env.contains(&token),
+        "{:?}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert!(env.contains(&"PLAIN=caf\u{e9}".as_bytes()));
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}
+
 /// The effective capability set from /proc/self/status, as a hex mask.
 async fn cap_eff(e: &mut Env, id: &str) -> u64 {
     let line = e.sh(id, "grep CapEff /proc/self/status").await;

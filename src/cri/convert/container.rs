@@ -35,14 +35,11 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
         envs: config
             .envs
             .into_iter()
-            .map(|kv| match String::from_utf8(kv.value) {
-                Ok(value) => Ok((kv.key, value)),
-                Err(_) => Err(invalid(format!(
-                    "envs: the value of {:?} is not UTF-8, which an OCI spec cannot carry",
-                    kv.key
-                ))),
+            .map(|kv| {
+                let value = env_value(&kv.key, kv.value);
+                (kv.key, value)
             })
-            .collect::<Result<_, Status>>()?,
+            .collect(),
         mounts,
         devices: config
             .devices
@@ -64,6 +61,41 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
         security: security(linux.security_context.unwrap_or_default())?,
         stop_signal: signal_name(config.stop_signal)?,
     })
+}
+
+/// An env value as containerd passes it on. CRI carries values as bytes since kubelet lets a
+/// Secret's binary data be one (kubernetes#139132); containerd takes them as a Go string and its
+/// spec travels as JSON, whose encoder replaces each byte that does not start a valid UTF-8
+/// sequence with U+FFFD. The container starts with that value, as it does under containerd,
+/// rather than failing CreateContainer (an OCI spec cannot carry other bytes).
+fn env_value(key: &str, bytes: Vec<u8>) -> String {
+    let bytes = match String::from_utf8(bytes) {
+        Ok(value) => return value,
+        Err(e) => e.into_bytes(),
+    };
+    let mut out = String::with_capacity(bytes.len() + 8);
+    let mut rest = &bytes[..];
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                out.push_str(valid);
+                break;
+            }
+            Err(e) => {
+                let (valid, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                // One replacement per byte, as Go's decoder skips one byte at a time (Rust's
+                // lossy conversion would replace a truncated sequence once).
+                rest = &bad[1..];
+            }
+        }
+    }
+    tracing::warn!(
+        env = key,
+        "the env value is not UTF-8: its invalid bytes became U+FFFD, as under containerd"
+    );
+    out
 }
 
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
@@ -447,6 +479,22 @@ pub fn event(e: &crate::container::ContainerEvent) -> pb::ContainerEventResponse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_values_that_are_not_utf8_become_what_containerd_passes() {
+        let table: [(&[u8], &str); 5] = [
+            (b"plain", "plain"),
+            ("caf\u{e9}".as_bytes(), "caf\u{e9}"),
+            (b"\xffab", "\u{fffd}ab"),
+            // A truncated three-byte sequence: one U+FFFD per byte, as Go's JSON encoder.
+            (b"a\xe2\x82", "a\u{fffd}\u{fffd}"),
+            // An encoded surrogate is not UTF-8 either.
+            (b"\xed\xa0\x80z", "\u{fffd}\u{fffd}\u{fffd}z"),
+        ];
+        for (bytes, want) in table {
+            assert_eq!(env_value("K", bytes.to_vec()), want, "{bytes:?}");
+        }
+    }
 
     #[test]
     fn stop_signals_round_trip() {
