@@ -330,6 +330,76 @@ async fn host_paths_mount_with_their_propagation() {
         .status();
 }
 
+/// CRI's `mount_options` (kubelet's `bindMountOptions`): noexec, nosuid and nodev, and ro,
+/// hold on the mount and are reported back; an option crust does not apply fails
+/// CreateContainer, naming it, rather than being dropped.
+#[tokio::test]
+async fn bind_mount_options_are_applied_and_others_refused() {
+    let mut e = Env::start().await;
+    let status =
+        e.c.status(pb::StatusRequest { verbose: false })
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(status.features.unwrap().mount_options);
+    let pod = e.pod("options").await;
+    let host = e.d.dir.join("options");
+    std::fs::create_dir_all(&host).unwrap();
+    // A program (busybox runs as the applet its file is named after) and a device node.
+    std::fs::copy("/bin/busybox", host.join("true")).unwrap();
+    let null = host.join("null");
+    sh(
+        "mknod",
+        &["-m", "0666", null.to_str().unwrap(), "c", "1", "3"],
+    );
+    let mount = |at: &str, options: &[&str]| pb::Mount {
+        container_path: at.into(),
+        host_path: host.display().to_string(),
+        mount_options: options.iter().map(|o| o.to_string()).collect(),
+        ..Default::default()
+    };
+    let mut config = e.config("options", &["sleep", "600"]);
+    let guarded = mount("/guarded", &["noexec", "nosuid", "nodev", "ro"]);
+    config.mounts = vec![mount("/plain", &[]), guarded];
+    let id = e.run(&pod, config).await;
+    e.sh(
+        &id,
+        "/plain/true && echo x > /plain/null && touch /plain/new",
+    )
+    .await;
+    for (script, option) in [
+        ("/guarded/true", "noexec"),
+        ("echo x > /guarded/null", "nodev"),
+        ("touch /guarded/new2", "ro"),
+    ] {
+        let r = e.exec(&id, &["sh", "-c", script]).await;
+        assert_ne!(r.exit_code, 0, "{option}: `{script}` succeeded");
+    }
+    let line = e.sh(&id, "grep ' /guarded ' /proc/self/mountinfo").await;
+    let options = line.split(' ').nth(5).unwrap_or_default();
+    for option in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(options.split(',').any(|o| o == option), "{option}: {line}");
+    }
+    let status = e.status(&id).await;
+    let reported = status
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/guarded");
+    let reported = reported.unwrap();
+    assert!(reported.readonly, "{reported:?}");
+    assert_eq!(reported.mount_options, ["noexec", "nosuid", "nodev"]);
+
+    let mut config = e.config("sync", &["true"]);
+    config.mounts = vec![mount("/synced", &["noexec", "sync"])];
+    let err = e.create(&pod, config).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    for part in ["/synced", "\"sync\""] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}
+
 #[tokio::test]
 async fn containers_share_their_pod_s_namespaces() {
     let mut e = Env::start().await;

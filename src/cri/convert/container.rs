@@ -8,8 +8,9 @@ use crate::cri::pb;
 use crate::cri::status::invalid;
 use crate::model::NamespaceMode;
 use crate::model::{
-    Capabilities, ContainerMetadata, ContainerSpec, DeviceSpec, HugepageLimit, MountSpec, Profile,
-    Propagation, Resources, SecurityContext, SelinuxOptions, SupplementalGroupsPolicy,
+    BindOption, Capabilities, ContainerMetadata, ContainerSpec, DeviceSpec, HugepageLimit,
+    MountSpec, Profile, Propagation, Resources, SecurityContext, SelinuxOptions,
+    SupplementalGroupsPolicy,
 };
 
 pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSpec, Status> {
@@ -99,14 +100,16 @@ fn env_value(key: &str, bytes: Vec<u8>) -> String {
 }
 
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
-    if m.recursive_read_only && !m.readonly {
+    let (options, ro) = mount_options(&m.container_path, &m.mount_options)?;
+    let readonly = m.readonly || ro;
+    if m.recursive_read_only && !readonly {
         return Err(invalid(format!(
             "mount {}: recursive_read_only needs readonly too",
             m.container_path
         )));
     }
     let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
-    if image.is_some() && !m.readonly {
+    if image.is_some() && !readonly {
         return Err(invalid(format!(
             "mount {}: an image volume is read-only; set readonly",
             m.container_path
@@ -133,14 +136,44 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
     Ok(MountSpec {
         container_path: m.container_path,
         host_path: m.host_path,
-        readonly: m.readonly,
+        readonly,
         recursive_readonly: m.recursive_read_only,
         selinux_relabel: m.selinux_relabel,
         propagation,
         image,
         image_sub_path: m.image_sub_path,
         id_maps: id_maps.transpose()?,
+        options,
     })
+}
+
+/// A mount's `mount_options` (kubelet's `bindMountOptions`): the flags crust applies, and
+/// whether `ro` was among them. Anything else is refused rather than dropped: `noexec` and its
+/// kin are security requests, and a mount without them is not what was asked for.
+fn mount_options(at: &str, names: &[String]) -> Result<(Vec<BindOption>, bool), Status> {
+    let mut options = Vec::new();
+    let mut readonly = false;
+    for name in names {
+        let option = match name.as_str() {
+            "noexec" => BindOption::NoExec,
+            "nosuid" => BindOption::NoSuid,
+            "nodev" => BindOption::NoDev,
+            "ro" => {
+                readonly = true;
+                continue;
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "mount {at}: mount option {name:?} is not supported (crust applies noexec, \
+                     nosuid, nodev and ro)"
+                )));
+            }
+        };
+        if !options.contains(&option) {
+            options.push(option);
+        }
+    }
+    Ok((options, readonly))
 }
 
 pub fn resources(r: pb::LinuxContainerResources) -> Resources {
@@ -426,6 +459,7 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
                     ..Default::default()
                 }),
                 image_sub_path: m.image_sub_path.clone(),
+                mount_options: m.options.iter().map(|o| o.name().to_owned()).collect(),
                 ..Default::default()
             })
             .collect(),
