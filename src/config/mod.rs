@@ -321,6 +321,9 @@ pub struct ImageStoreConfig {
     /// Pulls stop (ResourceExhausted) rather than leave less than this share of the image
     /// filesystem's space or inodes free; 0 turns the check off.
     pub min_free_percent: u8,
+    /// Images kubelet's garbage collection must leave alone (CRI `Image.pinned`), as references
+    /// or globs (`*` for any run of characters) over an image's full names.
+    pub pinned_images: Vec<String>,
 }
 
 impl Default for ImageStoreConfig {
@@ -329,6 +332,7 @@ impl Default for ImageStoreConfig {
             max_concurrent_downloads: 3,
             pull_progress_timeout_secs: 60,
             min_free_percent: 5,
+            pinned_images: Vec::new(),
         }
     }
 }
@@ -576,6 +580,15 @@ impl Config {
         }
         if image.min_free_percent > 50 {
             return invalid("image.min_free_percent must be between 0 and 50".into());
+        }
+        if let Some(p) = image
+            .pinned_images
+            .iter()
+            .find(|p| p.is_empty() || p.contains(char::is_whitespace))
+        {
+            return invalid(format!(
+                "image.pinned_images: {p:?} is not an image reference or glob"
+            ));
         }
         Ok(())
     }
