@@ -400,6 +400,52 @@ async fn bind_mount_options_are_applied_and_others_refused() {
     remove_pod(&mut e.c, &pod.0).await;
 }
 
+/// A non-root pod's raw block volume, which kubelet sends as a CRI device: with
+/// `device_ownership_from_security_context` (containerd's key) the node in the container
+/// belongs to the pod's runAsUser and runAsGroup, and the process opens it; by default it keeps
+/// the host node's owner (`root:disk`, 0660), as under containerd, and the process cannot.
+#[tokio::test]
+async fn devices_belong_to_the_run_as_user_when_configured() {
+    for owned in [false, true] {
+        let mut e = Env::start_with(|d| {
+            if owned {
+                // A top-level key goes before the config's first table.
+                let text = std::fs::read_to_string(&d.config).unwrap();
+                let key = "device_ownership_from_security_context = true\n";
+                std::fs::write(&d.config, format!("{key}{text}")).unwrap();
+            }
+        })
+        .await;
+        let pod = e.pod("volume-device").await;
+        let node = e.d.dir.join("disk0");
+        sh(
+            "mknod",
+            &["-m", "0660", node.to_str().unwrap(), "c", "1", "3"],
+        );
+        sh("chown", &["0:6", node.to_str().unwrap()]);
+        let mut config = e.config("importer", &["sleep", "600"]);
+        config.devices = vec![pb::Device {
+            container_path: "/dev/xvda".into(),
+            host_path: node.display().to_string(),
+            permissions: "rwm".into(),
+        }];
+        let sc = security(&mut config);
+        sc.run_as_user = Some(pb::Int64Value { value: 1000 });
+        sc.run_as_group = Some(pb::Int64Value { value: 2000 });
+        let id = e.run(&pod, config).await;
+        let (owner, opens) = if owned { ("1000:2000", 0) } else { ("0:6", 1) };
+        assert_eq!(
+            e.sh(&id, "stat -c '%u:%g %a' /dev/xvda").await.trim(),
+            format!("{owner} 660"),
+            "owned: {owned}"
+        );
+        let r = e.exec(&id, &["sh", "-c", "echo x > /dev/xvda"]).await;
+        assert_eq!(r.exit_code.min(1), opens, "owned: {owned}: {r:?}");
+        stop_pod(&mut e.c, &pod.0).await;
+        remove_pod(&mut e.c, &pod.0).await;
+    }
+}
+
 #[tokio::test]
 async fn containers_share_their_pod_s_namespaces() {
     let mut e = Env::start().await;

@@ -72,6 +72,10 @@ pub struct Config {
     /// CDI spec directories, read at every CreateContainer that asks for CDI devices; a device
     /// in a later directory wins over the same device in an earlier one.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// A container's devices (CRI `devices`, as raw block volumes) belong to its run_as_user
+    /// and run_as_group where those are not root, instead of the host node's owner
+    /// (containerd's and CRI-O's key of the same name; off by default, as there).
+    pub device_ownership_from_security_context: bool,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
@@ -351,6 +355,7 @@ impl Default for Config {
             default_runtime_handler: "runc".into(),
             runtime_handlers: vec!["runc".into()],
             cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            device_ownership_from_security_context: false,
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
