@@ -179,6 +179,8 @@ pub struct ContainerContext {
     /// Request devices belong to the container's run_as_user/run_as_group, where not root
     /// (`device_ownership_from_security_context`).
     pub device_ownership_from_security_context: bool,
+    /// Directories of OCI hook files (`hooks_dir`).
+    pub hooks_dirs: Vec<PathBuf>,
 }
 
 impl ContainerContext {
@@ -198,6 +200,7 @@ impl ContainerContext {
             max_exec_output: 16 << 20,
             cdi_spec_dirs: crate::config::Config::default().cdi_spec_dirs,
             device_ownership_from_security_context: false,
+            hooks_dirs: Vec::new(),
         }
     }
 

@@ -151,6 +151,8 @@ pub struct HostFeatures {
     /// The AppArmor profile `RuntimeDefault` (and an unset profile) means, once the container
     /// module has loaded it; `None` leaves such containers without a profile.
     pub apparmor_default_profile: Option<String>,
+    /// The node's `default_ulimits`: every container's process starts with these.
+    pub default_ulimits: Vec<crate::config::Ulimit>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +211,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
             pod_hostname: &input.pod.hostname,
             min_oom_score_adj: input.host.min_oom_score_adj,
             max_nofile: input.host.max_nofile,
+            default_ulimits: &input.host.default_ulimits,
         },
         &security,
     )?;

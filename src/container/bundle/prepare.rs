@@ -87,6 +87,11 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     // After the spec is whole: CDI edits replace what they name (a device node, a mount, an
     // env variable) and see the resolved user, whom unowned device nodes go to.
     crate::cdi::apply(inputs.cdi, &mut built)?;
+    // Then the node's OCI hook files, which match on the spec as built (annotations, command).
+    let hooks = crate::hooks::apply(&ctx.hooks_dirs, &mut built, !spec.mounts.is_empty());
+    if !hooks.is_empty() {
+        tracing::info!(files = ?hooks, "OCI hooks added from hooks_dir");
+    }
     let stop_signal = oci::stop_signal(&spec.stop_signal, &config.stop_signal)?;
     make_volume_dirs(inputs.rootfs, config.volumes.keys(), &mounts);
     Ok(Prepared {
