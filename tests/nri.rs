@@ -277,6 +277,92 @@ async fn a_cpuset_only_update_keeps_the_limits_plugins_see() {
     e.end_pod(&pod.0).await;
 }
 
+/// UpdatePodSandboxResources (kubelet's in-place pod resize): plugins hear UpdatePodSandbox with
+/// the pod's new figures and its overhead before the pod's cgroup changes, and
+/// PostUpdatePodSandbox after, whose pod carries them; a plugin's error fails the resize with
+/// FailedPrecondition naming the plugin, and the cgroup keeps its figures.
+#[tokio::test]
+async fn a_pod_resize_reaches_plugins_before_and_after_and_one_may_refuse_it() {
+    let mut e = env("").await;
+    let plugin = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "sizer", "40", &[]);
+    let pod = e.pod("nri-resize").await;
+    let resize = |memory: i64| pb::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.0.clone(),
+        resources: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: memory,
+            cpu_shares: 1024,
+            ..Default::default()
+        }),
+        overhead: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+    };
+    e.c.update_pod_sandbox_resources(resize(256 << 20))
+        .await
+        .unwrap();
+    let of_pod = |name: &'static str| {
+        let id = pod.0.clone();
+        move |ev: &Value| ev["event"] == name && ev["pod"] == id.as_str()
+    };
+    let memory = |ev: &Value, key: &str| -> String {
+        let shown: Value = serde_json::from_str(ev["detail"].as_str().unwrap()).unwrap();
+        let limit = &shown[key]["memory"]["limit"]["value"];
+        limit.to_string().trim_matches('"').to_owned()
+    };
+    let told = plugin.wait_for(
+        "UpdatePodSandbox",
+        Duration::from_secs(20),
+        of_pod("UpdatePodSandbox"),
+    );
+    assert_eq!(
+        memory(&told, "resources"),
+        (256u64 << 20).to_string(),
+        "{told}"
+    );
+    assert_eq!(
+        memory(&told, "overhead"),
+        (32u64 << 20).to_string(),
+        "{told}"
+    );
+    let after = plugin.wait_for(
+        "PostUpdatePodSandbox",
+        Duration::from_secs(20),
+        of_pod("PostUpdatePodSandbox"),
+    );
+    assert_eq!(
+        memory(&after, "resources"),
+        (256u64 << 20).to_string(),
+        "{after}"
+    );
+    assert!(told["t"].as_i64() <= after["t"].as_i64());
+    let cgroup = Daemon::cgroup_dir(&format!("{}/crust-{}", e.d.cgroup_parent, pod.0), "memory");
+    let file = if cgroup_v2() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    assert_eq!(read(&cgroup.join(file)), (288u64 << 20).to_string());
+
+    let _refuser = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "refuser",
+        "50",
+        &["-fail-on", "UpdatePodSandbox"],
+    );
+    let err =
+        e.c.update_pod_sandbox_resources(resize(512 << 20))
+            .await
+            .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    for part in ["refuser", "UpdatePodSandbox", &pod.0] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    assert_eq!(read(&cgroup.join(file)), (288u64 << 20).to_string());
+    e.end_pod(&pod.0).await;
+}
+
 #[tokio::test]
 async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_eviction_stops_it() {
     let mut e = env("").await;

@@ -3,6 +3,8 @@
 //! - RunPodSandbox: the pod is up (namespaces, network, cgroup) but not yet visible; an error
 //!   fails RunPodSandbox, which undoes it and tells plugins StopPodSandbox and
 //!   RemovePodSandbox (`run_pod_failed`);
+//! - UpdatePodSandbox (UpdatePodSandboxResources, before the pod's cgroup changes; an error
+//!   fails it), PostUpdatePodSandbox (after), each time kubelet resizes the pod;
 //! - StopPodSandbox (after the pod's containers stopped), RemovePodSandbox;
 //! - CreateContainer: the OCI spec is built; plugins adjust it in index order, each seeing the
 //!   earlier ones' changes, under the ownership rules; an error fails CreateContainer, which
@@ -44,6 +46,11 @@ fn name(e: Event) -> &'static str {
     }
 }
 
+/// OCI resources as NRI's messages carry them.
+fn nri_resources(r: &oci_spec::runtime::LinuxResources) -> api::LinuxResources {
+    spec::resources(&serde_json::to_value(r).unwrap_or_default())
+}
+
 /// The pod as NRI's messages carry it.
 fn pod_message(p: &PodInfo) -> api::PodSandbox {
     api::PodSandbox {
@@ -65,6 +72,8 @@ fn pod_message(p: &PodInfo) -> api::PodSandbox {
                     path: path.clone(),
                 })
                 .collect(),
+            pod_resources: p.resources.as_ref().map(nri_resources),
+            pod_overhead: p.overhead.as_ref().map(nri_resources),
             ..Default::default()
         }),
         pid: p.pid,
@@ -200,6 +209,52 @@ impl Nri {
                 0
             };
         self.lock_table().pods.insert(pod.id.clone(), known);
+    }
+
+    /// UpdatePodSandboxResources, before the pod's cgroup changes: each subscribed plugin is
+    /// told the pod's new figures; an error fails the update, as containerd has it. The pod as
+    /// plugins know it carries the figures from then on.
+    pub async fn update_pod(&self, pod: &PodInfo) -> Result<(), NriError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let Some(turn) = self.lock_table().pods.get(&pod.id).map(|k| k.turn.clone()) else {
+            return Ok(());
+        };
+        let _turn = turn.lock().await;
+        let _gate = self.gate.read().await;
+        let message = pod_message(pod);
+        if let Some(k) = self.lock_table().pods.get_mut(&pod.id) {
+            k.object = message.clone();
+        }
+        let event = Event::UpdatePodSandbox;
+        let linux = message.linux.clone().unwrap_or_default();
+        for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
+            let req = api::UpdatePodSandboxRequest {
+                pod: Some(message.clone()),
+                overhead_linux_resources: linux.pod_overhead.clone(),
+                linux_resources: linux.pod_resources.clone(),
+            };
+            self.ask::<_, api::UpdatePodSandboxResponse>(p, event, &req)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// PostUpdatePodSandbox: the pod's cgroup has its new figures; a plugin's error is logged.
+    pub async fn post_update_pod(&self, id: &str) {
+        if !self.enabled() {
+            return;
+        }
+        let Some(turn) = self.lock_table().pods.get(id).map(|k| k.turn.clone()) else {
+            return;
+        };
+        let _turn = turn.lock().await;
+        let _gate = self.gate.read().await;
+        let pod = self.pod_of(id);
+        if let Err(e) = self.notify(Event::PostUpdatePodSandbox, &pod, None).await {
+            tracing::warn!(pod_id = %id, error = %e, "NRI notification failed");
+        }
     }
 
     pub async fn stop_pod(&self, id: &str) {

@@ -122,6 +122,10 @@ pub struct PodInfo {
     pub ips: Vec<String>,
     /// (type, path) of each namespace the pod has of its own.
     pub namespaces: Vec<(String, String)>,
+    /// The sum of its containers' limits and the runtime class's overhead, as kubelet last
+    /// gave them (RunPodSandbox, UpdatePodSandboxResources); `None`: not given.
+    pub resources: Option<oci_spec::runtime::LinuxResources>,
+    pub overhead: Option<oci_spec::runtime::LinuxResources>,
 }
 
 /// What NRI needs of a container beyond its OCI spec.
