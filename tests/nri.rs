@@ -363,6 +363,82 @@ async fn a_pod_resize_reaches_plugins_before_and_after_and_one_may_refuse_it() {
     e.end_pod(&pod.0).await;
 }
 
+/// ValidateContainerAdjustment: once CreateContainer's plugins answered, a validating plugin
+/// sees the container as asked for, the adjustment the others would make, who owns each field
+/// and every plugin consulted; one that rejects it fails CreateContainer with FailedPrecondition
+/// naming it and its reason, and nothing of the container is left.
+#[tokio::test]
+async fn a_validating_plugin_sees_the_adjustment_and_may_reject_the_container() {
+    let mut e = env("").await;
+    let adjust = json!({"annotations": {"nri.test/added": "yes"}});
+    let _adjuster = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "adjuster",
+        "10",
+        &["-adjust", &adjust.to_string()],
+    );
+    let validator = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "checker", "90", &["-validate"]);
+    let pod = e.pod("nri-validate").await;
+    let id = e.run(&pod, e.config("checked", &["sleep", "600"])).await;
+    let seen = validator.wait_for("its validation", Duration::from_secs(20), |ev| {
+        ev["event"] == "ValidateContainerAdjustment" && ev["container"] == id.as_str()
+    });
+    let req: Value = serde_json::from_str(seen["detail"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        req["adjust"]["annotations"]["nri.test/added"], "yes",
+        "{req}"
+    );
+    // The container as asked for, before the adjustment.
+    assert!(
+        req["container"]["annotations"]["nri.test/added"].is_null(),
+        "{req}"
+    );
+    // Owners are keyed by NRI's Field number: Annotations is 1.
+    let owner = &req["owners"]["owners"][&id]["compound"]["1"]["owners"]["nri.test/added"];
+    assert_eq!(owner, "10-adjuster", "{req}");
+    let plugins: Vec<String> = req["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}-{}",
+                p["index"].as_str().unwrap(),
+                p["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(plugins, ["10-adjuster", "90-checker"]);
+    assert_eq!(
+        e.info(&id).await["runtimeSpec"]["annotations"]["nri.test/added"],
+        "yes"
+    );
+
+    let _refuser = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "refuser",
+        "95",
+        &["-validate", "-reject", "annotations are not allowed here"],
+    );
+    let err = e
+        .create(&pod, e.config("refused", &["sleep", "600"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    for part in [
+        "95-refuser",
+        "ValidateContainerAdjustment",
+        "annotations are not allowed here",
+    ] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    let listed = e.listed().await;
+    assert_eq!(listed.len(), 1, "only the first container: {listed:?}");
+    e.end_pod(&pod.0).await;
+}
+
 #[tokio::test]
 async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_eviction_stops_it() {
     let mut e = env("").await;

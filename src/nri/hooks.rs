@@ -7,7 +7,8 @@
 //!   fails it), PostUpdatePodSandbox (after), each time kubelet resizes the pod;
 //! - StopPodSandbox (after the pod's containers stopped), RemovePodSandbox;
 //! - CreateContainer: the OCI spec is built; plugins adjust it in index order, each seeing the
-//!   earlier ones' changes, under the ownership rules; an error fails CreateContainer, which
+//!   earlier ones' changes, under the ownership rules; then validating plugins may reject the
+//!   result (ValidateContainerAdjustment, `validate.rs`); an error fails CreateContainer, which
 //!   undoes it and tells plugins StopContainer and RemoveContainer (`create_failed`);
 //! - PostCreateContainer, StartContainer (before the process runs; an error fails the start),
 //!   PostStartContainer, UpdateContainer (plugins may change the limits; an error fails the
@@ -20,7 +21,9 @@
 use super::hub::{Known, to_oci};
 use super::merge::{self, Owners, Updates};
 use super::ttrpc::CallError;
-use super::{ContainerInfo, Created, Eviction, Nri, NriError, PodInfo, State, Status, api, spec};
+use super::{
+    ContainerInfo, Created, Eviction, Nri, NriError, PodInfo, State, Status, api, spec, validate,
+};
 use api::Event;
 
 fn bit(e: Event) -> u32 {
@@ -42,6 +45,7 @@ fn name(e: Event) -> &'static str {
         Event::PostUpdateContainer => "PostUpdateContainer",
         Event::StopContainer => "StopContainer",
         Event::RemoveContainer => "RemoveContainer",
+        Event::ValidateContainerAdjustment => "ValidateContainerAdjustment",
         _ => "an unknown event",
     }
 }
@@ -322,6 +326,7 @@ impl Nri {
         let (mut owners, mut updates) = (Owners::default(), Updates::default());
         let (mut evictions, mut created, mut adjusted) = (Vec::new(), Created::default(), false);
         let mut adjusters: Vec<String> = Vec::new();
+        let (pristine, mut adjustments) = (container.clone(), Vec::new());
         for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
             let req = api::CreateContainerRequest {
                 pod: Some(pod.clone()),
@@ -336,6 +341,7 @@ impl Nri {
             let plugin = p.name();
             if let Some(adj) = &answer.adjust {
                 adjusters.push(plugin.clone());
+                adjustments.push(adj.clone());
                 merge::claim_adjustment(&mut owners, &info.id, adj, &plugin).map_err(
                     |message| NriError::Conflict {
                         event: name(event),
@@ -373,6 +379,12 @@ impl Nri {
                 })?;
             evictions.extend(answer.evict);
         }
+        let proposal = validate::Proposal {
+            adjustments: &adjustments,
+            updates: &updates,
+            owners: &owners,
+        };
+        self.validate(&pod, &pristine, proposal).await?;
         if adjusted {
             *spec = serde_json::from_value(json).map_err(|e| NriError::Adjustment {
                 plugin: adjusters.join(", "),
@@ -384,6 +396,35 @@ impl Nri {
         }
         self.side_effects(updates, evictions);
         Ok(created)
+    }
+
+    /// ValidateContainerAdjustment: every validating plugin sees what CreateContainer's plugins
+    /// would do; the first that rejects it (or fails) fails the creation.
+    async fn validate(
+        &self,
+        pod: &api::PodSandbox,
+        container: &api::Container,
+        proposal: validate::Proposal<'_>,
+    ) -> Result<(), NriError> {
+        let event = Event::ValidateContainerAdjustment;
+        let plugins = self.plugins();
+        if !plugins.iter().any(|p| p.subscribed(event)) {
+            return Ok(());
+        }
+        let consulted = plugins
+            .iter()
+            .map(|p| (p.base.clone(), p.idx.clone()))
+            .collect();
+        let req = validate::request(pod, container, proposal, consulted);
+        for p in plugins.iter().filter(|p| p.subscribed(event)) {
+            if let Verdict::Answer(answer) = self
+                .ask::<_, api::ValidateContainerAdjustmentResponse>(p, event, &req)
+                .await?
+            {
+                validate::rejection(p.name(), &answer)?;
+            }
+        }
+        Ok(())
     }
 
     /// A CreateContainer that failed after `create_container`: plugins hear the container stop

@@ -19,7 +19,8 @@
 //!   them at;
 //! - `merge.rs`: NRI's ownership rules: two plugins setting the same field is an error naming
 //!   both;
-//! - `spec.rs`: a container as NRI describes it, from its OCI spec; adjustments applied to it.
+//! - `spec.rs`: a container as NRI describes it, from its OCI spec; adjustments applied to it;
+//! - `validate.rs`: ValidateContainerAdjustment, the validating plugins' say on CreateContainer.
 //!
 //! Invariants:
 //! - each event reaches each plugin at most once per pod or container, in the order things
@@ -37,6 +38,7 @@ mod merge;
 mod plugin;
 mod spec;
 pub mod ttrpc;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
