@@ -478,6 +478,9 @@ async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_evicti
     });
     assert_eq!(done["detail"], "failed=0", "{done}");
     assert_eq!(read(&mem.join(file)), limit.to_string());
+    // The container's record keeps what the plugin set: its status shows it.
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(linux.memory_limit_in_bytes, limit as i64);
     assert_eq!(
         read(&Daemon::cgroup_dir(&cgroup, "pids").join("pids.max")),
         "32"
