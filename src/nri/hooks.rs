@@ -216,8 +216,8 @@ impl Nri {
     }
 
     /// UpdatePodSandboxResources, before the pod's cgroup changes: each subscribed plugin is
-    /// told the pod's new figures; an error fails the update, as containerd has it. The pod as
-    /// plugins know it carries the figures from then on.
+    /// told the pod's new figures; an error fails the update, as containerd has it. Once all
+    /// accepted, the pod as plugins know it carries the figures.
     pub async fn update_pod(&self, pod: &PodInfo) -> Result<(), NriError> {
         if !self.enabled() {
             return Ok(());
@@ -228,9 +228,6 @@ impl Nri {
         let _turn = turn.lock().await;
         let _gate = self.gate.read().await;
         let message = pod_message(pod);
-        if let Some(k) = self.lock_table().pods.get_mut(&pod.id) {
-            k.object = message.clone();
-        }
         let event = Event::UpdatePodSandbox;
         let linux = message.linux.clone().unwrap_or_default();
         for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
@@ -241,6 +238,10 @@ impl Nri {
             };
             self.ask::<_, api::UpdatePodSandboxResponse>(p, event, &req)
                 .await?;
+        }
+        // Accepted: later events and synchronizations show the new figures.
+        if let Some(k) = self.lock_table().pods.get_mut(&pod.id) {
+            k.object = message;
         }
         Ok(())
     }
