@@ -13,6 +13,7 @@ pub mod durable;
 pub mod events;
 pub mod failpoint;
 pub mod history;
+pub mod hooks;
 pub mod image;
 pub mod logging;
 pub mod metrics;

@@ -452,3 +452,64 @@ async fn a_device_that_cannot_be_given_refuses_the_container_and_makes_nothing()
     stop_pod(&mut e.c, &pod.0).await;
     remove_pod(&mut e.c, &pod.0).await;
 }
+
+/// A vendor may describe a device node in full (type, major, minor) for a node the host does
+/// not have under that path: the container gets it made, without a host node, as the Go CDI
+/// library that containerd and CRI-O use allows. A node without its numbers still needs one,
+/// and the error names it.
+#[tokio::test]
+async fn a_device_node_given_in_full_is_made_without_a_host_node() {
+    let (mut e, cdi) = Cdi::env().await;
+    let absent = cdi.host.join("no-such-node");
+    let spec = serde_json::json!({
+        "cdiVersion": "0.6.0",
+        "kind": "crust.test/full",
+        "devices": [
+            {"name": "fuse", "containerEdits": {"deviceNodes": [
+                {"path": "/dev/vendor/fuse", "hostPath": absent, "type": "c",
+                 "major": 10, "minor": 229}
+            ]}},
+            {"name": "bare", "containerEdits": {"deviceNodes": [
+                {"path": "/dev/vendor/bare", "hostPath": absent, "type": "c"}
+            ]}}
+        ]
+    });
+    std::fs::write(
+        cdi.statics.join("full.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
+    let pod = e.pod("cdi-full").await;
+    let config = with_cdi(
+        e.config("full", &["sleep", "600"]),
+        &["crust.test/full=fuse"],
+    );
+    let id = e.run(&pod, config).await;
+    // Type and numbers (hex) as the spec says, the runtime's default mode, and the device
+    // cgroup lets the container open it.
+    assert_eq!(
+        e.sh(&id, "stat -c '%F %t:%T %a' /dev/vendor/fuse")
+            .await
+            .trim(),
+        "character special file a:e5 666"
+    );
+    assert_eq!(
+        e.sh(&id, "exec 3<>/dev/vendor/fuse && echo opened")
+            .await
+            .trim(),
+        "opened"
+    );
+
+    let config = with_cdi(
+        e.config("bare", &["sleep", "600"]),
+        &["crust.test/full=bare"],
+    );
+    let status = e.create(&pod, config).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    let msg = status.message();
+    for part in ["crust.test/full=bare", absent.to_str().unwrap()] {
+        assert!(msg.contains(part), "{part} in {msg}");
+    }
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}

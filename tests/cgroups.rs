@@ -274,6 +274,82 @@ async fn limits_updates_and_the_container_s_view_in_the_hierarchy_in_use() {
     e.d.assert_clean();
 }
 
+/// kubelet's CPU manager (static policy) shrinks the shared pool by sending every container in
+/// it UpdateContainerResources with `cpuset_cpus` alone. The container keeps its other limits:
+/// in the cgroup, in ContainerStatus.resources and in what `crictl inspect` shows.
+#[tokio::test]
+async fn a_cpuset_only_update_keeps_every_other_limit() {
+    let h = hierarchy();
+    let mut e = Env::start().await;
+    let pod = e.pod("shared-pool").await;
+    let mut config = e.config("main", &["sleep", "600"]);
+    let mut resources = limits(64 << 20, 96 << 20, 512, 50_000);
+    resources.cpuset_cpus = "0-1".into();
+    resources.oom_score_adj = 900;
+    config.linux.as_mut().unwrap().resources = Some(resources.clone());
+    let id = e.run(&pod, config).await;
+    let cgroup = e.info(&id).await["cgroup"].as_str().unwrap().to_owned();
+
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            cpuset_cpus: "1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let cpuset = Daemon::cgroup_dir(&cgroup, "cpuset");
+    assert_eq!(read(&cpuset, "cpuset.cpus"), "1");
+    assert_limits(h, &cgroup, 64 << 20, 96 << 20, 512, 50_000);
+    let want = pb::LinuxContainerResources {
+        cpuset_cpus: "1".into(),
+        ..resources
+    };
+    let status = e.status(&id).await;
+    assert_eq!(status.resources.unwrap().linux.unwrap(), want);
+    let inspect = sh(
+        &tools::crictl().display().to_string(),
+        &[
+            "-r",
+            &format!("unix://{}", e.d.socket.display()),
+            "inspect",
+            &id,
+        ],
+    );
+    let inspect: serde_json::Value = serde_json::from_str(&inspect).unwrap();
+    let shown = &inspect["status"]["resources"]["linux"];
+    let figure = |key: &str| shown[key].to_string().trim_matches('"').to_owned();
+    assert_eq!(
+        figure("memoryLimitInBytes"),
+        (64u64 << 20).to_string(),
+        "{shown}"
+    );
+    assert_eq!(figure("cpuQuota"), "50000", "{shown}");
+    assert_eq!(figure("cpuShares"), "512", "{shown}");
+    assert_eq!(figure("cpusetCpus"), "1", "{shown}");
+
+    // A later resize (kubelet sends every figure then) replaces them, the cpuset kept.
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(limits(128 << 20, 160 << 20, 256, 20_000)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_limits(h, &cgroup, 128 << 20, 160 << 20, 256, 20_000);
+    assert_eq!(read(&cpuset, "cpuset.cpus"), "1");
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(
+        (linux.memory_limit_in_bytes, linux.cpuset_cpus.as_str()),
+        (128 << 20, "1")
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    e.d.assert_clean();
+}
+
 #[tokio::test]
 async fn cpu_shares_map_to_weights_as_runc_maps_them() {
     // The fixed points runc and kubelet agree on.

@@ -86,6 +86,39 @@ async fn command_args_env_cwd_and_users_are_as_asked() {
     remove_pod(&mut e.c, &pod.0).await;
 }
 
+/// A Secret's binary data as an env value (CRI carries values as bytes): the container starts,
+/// and its process gets the value as containerd passes it, each byte that is not UTF-8
+/// replaced by U+FFFD.
+#[tokio::test]
+async fn env_values_that_are_not_utf8_reach_the_process_as_containerd_passes_them() {
+    let mut e = Env::start().await;
+    let pod = e.pod("binary-env").await;
+    let mut config = e.config("binary", &["sleep", "600"]);
+    config.envs = vec![
+        pb::KeyValue {
+            key: "TOKEN".into(),
+            value: b"\xffab\xe2\x82".to_vec(),
+        },
+        pb::KeyValue {
+            key: "PLAIN".into(),
+            value: "caf\u{e9}".into(),
+        },
+    ];
+    let id = e.run(&pod, config).await;
+    let r = e.exec(&id, &["cat", "/proc/1/environ"]).await;
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let env: Vec<&[u8]> = r.stdout.split(|b| *b == 0).collect();
+    let token = "TOKEN=\u{fffd}ab\u{fffd}\u{fffd}".as_bytes();
+    assert!(
+        env.contains(&token),
+        "{:?}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert!(env.contains(&"PLAIN=caf\u{e9}".as_bytes()));
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}
+
 /// The effective capability set from /proc/self/status, as a hex mask.
 async fn cap_eff(e: &mut Env, id: &str) -> u64 {
     let line = e.sh(id, "grep CapEff /proc/self/status").await;
@@ -100,7 +133,7 @@ async fn capabilities_privileges_and_read_only_root() {
     // containerd's default set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
     // NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP.
     assert_eq!(cap_eff(&mut e, &id).await, 0xa80425fb);
-    // Masked and read-only kernel paths.
+    // Masked and read-only kernel paths: kubelet's lists for procMount Default.
     let r = e
         .exec(&id, &["sh", "-c", "cat /proc/kcore | head -c 1 | wc -c"])
         .await;
@@ -295,6 +328,122 @@ async fn host_paths_mount_with_their_propagation() {
     let _ = std::process::Command::new("umount")
         .args(["-R", host.to_str().unwrap()])
         .status();
+}
+
+/// CRI's `mount_options` (kubelet's `bindMountOptions`): noexec, nosuid and nodev, and ro,
+/// hold on the mount and are reported back; an option crust does not apply fails
+/// CreateContainer, naming it, rather than being dropped.
+#[tokio::test]
+async fn bind_mount_options_are_applied_and_others_refused() {
+    let mut e = Env::start().await;
+    let status =
+        e.c.status(pb::StatusRequest { verbose: false })
+            .await
+            .unwrap()
+            .into_inner();
+    assert!(status.features.unwrap().mount_options);
+    let pod = e.pod("options").await;
+    let host = e.d.dir.join("options");
+    std::fs::create_dir_all(&host).unwrap();
+    // A program (busybox runs as the applet its file is named after) and a device node.
+    std::fs::copy("/bin/busybox", host.join("true")).unwrap();
+    let null = host.join("null");
+    sh(
+        "mknod",
+        &["-m", "0666", null.to_str().unwrap(), "c", "1", "3"],
+    );
+    let mount = |at: &str, options: &[&str]| pb::Mount {
+        container_path: at.into(),
+        host_path: host.display().to_string(),
+        mount_options: options.iter().map(|o| o.to_string()).collect(),
+        ..Default::default()
+    };
+    let mut config = e.config("options", &["sleep", "600"]);
+    let guarded = mount("/guarded", &["noexec", "nosuid", "nodev", "ro"]);
+    config.mounts = vec![mount("/plain", &[]), guarded];
+    let id = e.run(&pod, config).await;
+    e.sh(
+        &id,
+        "/plain/true && echo x > /plain/null && touch /plain/new",
+    )
+    .await;
+    for (script, option) in [
+        ("/guarded/true", "noexec"),
+        ("echo x > /guarded/null", "nodev"),
+        ("touch /guarded/new2", "ro"),
+    ] {
+        let r = e.exec(&id, &["sh", "-c", script]).await;
+        assert_ne!(r.exit_code, 0, "{option}: `{script}` succeeded");
+    }
+    let line = e.sh(&id, "grep ' /guarded ' /proc/self/mountinfo").await;
+    let options = line.split(' ').nth(5).unwrap_or_default();
+    for option in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(options.split(',').any(|o| o == option), "{option}: {line}");
+    }
+    let status = e.status(&id).await;
+    let reported = status
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/guarded");
+    let reported = reported.unwrap();
+    assert!(reported.readonly, "{reported:?}");
+    assert_eq!(reported.mount_options, ["noexec", "nosuid", "nodev"]);
+
+    let mut config = e.config("sync", &["true"]);
+    config.mounts = vec![mount("/synced", &["noexec", "sync"])];
+    let err = e.create(&pod, config).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    for part in ["/synced", "\"sync\""] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+}
+
+/// A non-root pod's raw block volume, which kubelet sends as a CRI device: with
+/// `device_ownership_from_security_context` (containerd's key) the node in the container
+/// belongs to the pod's runAsUser and runAsGroup, and the process opens it; by default it keeps
+/// the host node's owner (`root:disk`, 0660), as under containerd, and the process cannot.
+#[tokio::test]
+async fn devices_belong_to_the_run_as_user_when_configured() {
+    for owned in [false, true] {
+        let mut e = Env::start_with(|d| {
+            if owned {
+                // A top-level key goes before the config's first table.
+                let text = std::fs::read_to_string(&d.config).unwrap();
+                let key = "device_ownership_from_security_context = true\n";
+                std::fs::write(&d.config, format!("{key}{text}")).unwrap();
+            }
+        })
+        .await;
+        let pod = e.pod("volume-device").await;
+        let node = e.d.dir.join("disk0");
+        sh(
+            "mknod",
+            &["-m", "0660", node.to_str().unwrap(), "c", "1", "3"],
+        );
+        sh("chown", &["0:6", node.to_str().unwrap()]);
+        let mut config = e.config("importer", &["sleep", "600"]);
+        config.devices = vec![pb::Device {
+            container_path: "/dev/xvda".into(),
+            host_path: node.display().to_string(),
+            permissions: "rwm".into(),
+        }];
+        let sc = security(&mut config);
+        sc.run_as_user = Some(pb::Int64Value { value: 1000 });
+        sc.run_as_group = Some(pb::Int64Value { value: 2000 });
+        let id = e.run(&pod, config).await;
+        let (owner, opens) = if owned { ("1000:2000", 0) } else { ("0:6", 1) };
+        assert_eq!(
+            e.sh(&id, "stat -c '%u:%g %a' /dev/xvda").await.trim(),
+            format!("{owner} 660"),
+            "owned: {owned}"
+        );
+        let r = e.exec(&id, &["sh", "-c", "echo x > /dev/xvda"]).await;
+        assert_eq!(r.exit_code.min(1), opens, "owned: {owned}: {r:?}");
+        stop_pod(&mut e.c, &pod.0).await;
+        remove_pod(&mut e.c, &pod.0).await;
+    }
 }
 
 #[tokio::test]

@@ -443,6 +443,58 @@ async fn pull_list_status_and_remove_a_multi_layer_image() {
     assert_store_clean(&c);
 }
 
+/// `image.pinned_images` (containerd's and CRI-O's key): an image one of whose names matches a
+/// reference or a glob is reported pinned, in ListImages and ImageStatus, so kubelet's image
+/// garbage collection (age-based too) leaves it; the others are not. RemoveImage still removes a
+/// pinned image a client names, as containerd's RemoveImage does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_images_are_reported_pinned_and_removed_only_when_asked() {
+    let reg = Registry::start(Auth::None);
+    let img = |marker: &[u8]| {
+        image(
+            &[(oci_build::tar(&[file("marker", marker)]), Comp::Gzip)],
+            json!({}),
+            "amd64",
+        )
+    };
+    let (pause, base, app) = (img(b"pause"), img(b"base"), img(b"app"));
+    reg.push("infra/pause", "3.10", &pause).await;
+    reg.push("base/os", "12", &base).await;
+    reg.push("apps/web", "1", &app).await;
+    let pins =
+        "[image]\npinned_images = [\"registry.test/infra/pause:3.10\", \"registry.test/base/*\"]\n";
+    let c = Crust::start(&mirror_config("registry.test", &reg.addr, pins));
+    for r in ["infra/pause:3.10", "base/os:12", "apps/web:1"] {
+        pull(&c, &format!("registry.test/{r}"), None).await.unwrap();
+    }
+    let pinned = |images: &[pb::Image]| {
+        let mut names: Vec<String> = images
+            .iter()
+            .filter(|i| i.pinned)
+            .flat_map(|i| i.repo_tags.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let listed = list(&c).await;
+    assert_eq!(listed.len(), 3);
+    assert_eq!(
+        pinned(&listed),
+        ["registry.test/base/os:12", "registry.test/infra/pause:3.10"]
+    );
+    let status_of = async |name: &str| status(&c, name, false).await.image.unwrap();
+    assert!(status_of("registry.test/infra/pause:3.10").await.pinned);
+    assert!(!status_of("registry.test/apps/web:1").await.pinned);
+    // Pinned by whichever name it carries: found by its digest, it is still pinned.
+    let digest = status_of("registry.test/base/os:12").await.repo_digests[0].clone();
+    assert!(status_of(&digest).await.pinned);
+
+    remove(&c, "registry.test/infra/pause:3.10").await;
+    let left = list(&c).await;
+    assert_eq!(pinned(&left), ["registry.test/base/os:12"]);
+    assert_eq!(left.len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_short_names_tags_and_shared_layers() {
     let reg = Registry::start(Auth::None);

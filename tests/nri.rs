@@ -216,6 +216,229 @@ async fn every_adjustment_kind_reaches_the_container() {
     );
 }
 
+/// The CPU manager's cpuset-only UpdateContainerResources: plugins get the request as it came
+/// (the cpuset alone, as containerd hands it to them), and the container they are told about
+/// keeps its memory and CPU limits beside the new cpuset.
+#[tokio::test]
+async fn a_cpuset_only_update_keeps_the_limits_plugins_see() {
+    let mut e = env("").await;
+    let plugin = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "watcher", "30", &[]);
+    let pod = e.pod("nri-cpuset").await;
+    let mut config = e.config("pooled", &["sleep", "600"]);
+    config.linux.as_mut().unwrap().resources = Some(pb::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_shares: 512,
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        cpuset_cpus: "0-1".into(),
+        ..Default::default()
+    });
+    let id = e.run(&pod, config).await;
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            cpuset_cpus: "1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let seen = plugin.wait_for("PostUpdateContainer", Duration::from_secs(20), |ev| {
+        ev["event"] == "PostUpdateContainer" && ev["container"] == id.as_str()
+    });
+    let resources: Value = serde_json::from_str(seen["detail"].as_str().unwrap()).unwrap();
+    let figure = |v: &Value| v.to_string().trim_matches('"').to_owned();
+    assert_eq!(
+        figure(&resources["memory"]["limit"]["value"]),
+        (64u64 << 20).to_string(),
+        "{resources}"
+    );
+    assert_eq!(
+        figure(&resources["cpu"]["quota"]["value"]),
+        "50000",
+        "{resources}"
+    );
+    assert_eq!(
+        figure(&resources["cpu"]["shares"]["value"]),
+        "512",
+        "{resources}"
+    );
+    assert_eq!(resources["cpu"]["cpus"], "1", "{resources}");
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(
+        (
+            linux.memory_limit_in_bytes,
+            linux.cpu_quota,
+            linux.cpuset_cpus.as_str()
+        ),
+        (64 << 20, 50_000, "1")
+    );
+    e.end_pod(&pod.0).await;
+}
+
+/// UpdatePodSandboxResources (kubelet's in-place pod resize): plugins hear UpdatePodSandbox with
+/// the pod's new figures and its overhead before the pod's cgroup changes, and
+/// PostUpdatePodSandbox after, whose pod carries them; a plugin's error fails the resize with
+/// FailedPrecondition naming the plugin, and the cgroup keeps its figures.
+#[tokio::test]
+async fn a_pod_resize_reaches_plugins_before_and_after_and_one_may_refuse_it() {
+    let mut e = env("").await;
+    let plugin = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "sizer", "40", &[]);
+    let pod = e.pod("nri-resize").await;
+    let resize = |memory: i64| pb::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.0.clone(),
+        resources: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: memory,
+            cpu_shares: 1024,
+            ..Default::default()
+        }),
+        overhead: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+    };
+    e.c.update_pod_sandbox_resources(resize(256 << 20))
+        .await
+        .unwrap();
+    let of_pod = |name: &'static str| {
+        let id = pod.0.clone();
+        move |ev: &Value| ev["event"] == name && ev["pod"] == id.as_str()
+    };
+    let memory = |ev: &Value, key: &str| -> String {
+        let shown: Value = serde_json::from_str(ev["detail"].as_str().unwrap()).unwrap();
+        let limit = &shown[key]["memory"]["limit"]["value"];
+        limit.to_string().trim_matches('"').to_owned()
+    };
+    let told = plugin.wait_for(
+        "UpdatePodSandbox",
+        Duration::from_secs(20),
+        of_pod("UpdatePodSandbox"),
+    );
+    assert_eq!(
+        memory(&told, "resources"),
+        (256u64 << 20).to_string(),
+        "{told}"
+    );
+    assert_eq!(
+        memory(&told, "overhead"),
+        (32u64 << 20).to_string(),
+        "{told}"
+    );
+    let after = plugin.wait_for(
+        "PostUpdatePodSandbox",
+        Duration::from_secs(20),
+        of_pod("PostUpdatePodSandbox"),
+    );
+    assert_eq!(
+        memory(&after, "resources"),
+        (256u64 << 20).to_string(),
+        "{after}"
+    );
+    assert!(told["t"].as_i64() <= after["t"].as_i64());
+    let cgroup = Daemon::cgroup_dir(&format!("{}/crust-{}", e.d.cgroup_parent, pod.0), "memory");
+    let file = if cgroup_v2() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    assert_eq!(read(&cgroup.join(file)), (288u64 << 20).to_string());
+
+    let _refuser = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "refuser",
+        "50",
+        &["-fail-on", "UpdatePodSandbox"],
+    );
+    let err =
+        e.c.update_pod_sandbox_resources(resize(512 << 20))
+            .await
+            .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    for part in ["refuser", "UpdatePodSandbox", &pod.0] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    assert_eq!(read(&cgroup.join(file)), (288u64 << 20).to_string());
+    e.end_pod(&pod.0).await;
+}
+
+/// ValidateContainerAdjustment: once CreateContainer's plugins answered, a validating plugin
+/// sees the container as asked for, the adjustment the others would make, who owns each field
+/// and every plugin consulted; one that rejects it fails CreateContainer with FailedPrecondition
+/// naming it and its reason, and nothing of the container is left.
+#[tokio::test]
+async fn a_validating_plugin_sees_the_adjustment_and_may_reject_the_container() {
+    let mut e = env("").await;
+    let adjust = json!({"annotations": {"nri.test/added": "yes"}});
+    let _adjuster = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "adjuster",
+        "10",
+        &["-adjust", &adjust.to_string()],
+    );
+    let validator = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "checker", "90", &["-validate"]);
+    let pod = e.pod("nri-validate").await;
+    let id = e.run(&pod, e.config("checked", &["sleep", "600"])).await;
+    let seen = validator.wait_for("its validation", Duration::from_secs(20), |ev| {
+        ev["event"] == "ValidateContainerAdjustment" && ev["container"] == id.as_str()
+    });
+    let req: Value = serde_json::from_str(seen["detail"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        req["adjust"]["annotations"]["nri.test/added"], "yes",
+        "{req}"
+    );
+    // The container as asked for, before the adjustment.
+    assert!(
+        req["container"]["annotations"]["nri.test/added"].is_null(),
+        "{req}"
+    );
+    // Owners are keyed by NRI's Field number: Annotations is 1.
+    let owner = &req["owners"]["owners"][&id]["compound"]["1"]["owners"]["nri.test/added"];
+    assert_eq!(owner, "10-adjuster", "{req}");
+    let plugins: Vec<String> = req["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}-{}",
+                p["index"].as_str().unwrap(),
+                p["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(plugins, ["10-adjuster", "90-checker"]);
+    assert_eq!(
+        e.info(&id).await["runtimeSpec"]["annotations"]["nri.test/added"],
+        "yes"
+    );
+
+    let _refuser = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "refuser",
+        "95",
+        &["-validate", "-reject", "annotations are not allowed here"],
+    );
+    let err = e
+        .create(&pod, e.config("refused", &["sleep", "600"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    for part in [
+        "95-refuser",
+        "ValidateContainerAdjustment",
+        "annotations are not allowed here",
+    ] {
+        assert!(err.message().contains(part), "{part} in {err:?}");
+    }
+    let listed = e.listed().await;
+    assert_eq!(listed.len(), 1, "only the first container: {listed:?}");
+    e.end_pod(&pod.0).await;
+}
+
 #[tokio::test]
 async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_eviction_stops_it() {
     let mut e = env("").await;
@@ -255,6 +478,9 @@ async fn an_unsolicited_update_changes_a_running_containers_limits_and_an_evicti
     });
     assert_eq!(done["detail"], "failed=0", "{done}");
     assert_eq!(read(&mem.join(file)), limit.to_string());
+    // The container's record keeps what the plugin set: its status shows it.
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(linux.memory_limit_in_bytes, limit as i64);
     assert_eq!(
         read(&Daemon::cgroup_dir(&cgroup, "pids").join("pids.max")),
         "32"

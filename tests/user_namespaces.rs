@@ -229,6 +229,43 @@ async fn a_pod_s_root_is_an_unprivileged_range_of_host_ids() {
     e.end_pod(&pod.0).await;
 }
 
+/// `procMount: Unmasked`, as kubelet sends it (the API allows it only with `hostUsers: false`):
+/// empty masked and read-only path lists, meaning none. The container sees /proc whole, nothing
+/// masked or made read-only under it, and a nested runtime in it (a user and a PID namespace of
+/// its own, as rootless BuildKit makes them) can mount a procfs, which the kernel allows only
+/// over a /proc with nothing mounted on it. A container of the same pod with kubelet's
+/// `Default` lists gets neither.
+#[tokio::test]
+async fn proc_mount_unmasked_leaves_proc_whole_for_a_nested_runtime() {
+    let mut e = Env::start().await;
+    let pod = userns_pod(&mut e, "unmasked").await;
+    let mut config = userns_container(&e, "unmasked", &["sleep", "1000"]);
+    let sc = config.linux.as_mut().unwrap().security_context.as_mut();
+    let sc = sc.unwrap();
+    sc.masked_paths.clear();
+    sc.readonly_paths.clear();
+    let unmasked = e.run(&pod, config).await;
+    let default = userns_container(&e, "default", &["sleep", "1000"]);
+    let default = e.run(&pod, default).await;
+
+    let under_proc = "cut -d' ' -f5 /proc/self/mountinfo | grep '^/proc/' || true";
+    assert_eq!(e.sh(&unmasked, under_proc).await, "", "mounts under /proc");
+    let covered = e.sh(&default, under_proc).await;
+    // A masked path the kernel lacks (/proc/kcore on some) is left alone: these two it has.
+    for path in ["/proc/keys", "/proc/sys"] {
+        assert!(covered.lines().any(|l| l == path), "{path}: {covered}");
+    }
+
+    let nested = "unshare -r -p -f --mount-proc sh -c 'echo $$; test -d /proc/1/ns'";
+    assert_eq!(e.sh(&unmasked, nested).await, "1\n", "the nested pid 1");
+    let r = e.exec(&default, &["sh", "-c", nested]).await;
+    assert_ne!(
+        r.exit_code, 0,
+        "a procfs mounted over a masked /proc: {r:?}"
+    );
+    e.end_pod(&pod.0).await;
+}
+
 /// Waits until the container's log holds `n` records equal to `want`, spaces aside.
 async fn wait_for_log(
     e: &Env,

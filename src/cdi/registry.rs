@@ -219,39 +219,46 @@ fn spec_files(dir: &Path, broken: &mut Vec<Broken>, priority: usize) -> Vec<Path
     files
 }
 
-/// The edits with each device node's missing type, numbers and mode read from its host node.
+/// The edits with each device node's missing type, numbers and mode read from its host node, as
+/// the Go library (`tags.cncf.io/container-device-interface`) fills them. A node given with its
+/// type and major number (a fifo needs none) is complete: a vendor may describe a device in
+/// full, so a missing host node is no error then, and only an unset mode is taken from the
+/// host node when there is one.
 fn fill(mut edits: ContainerEdits, name: &str, file: &Path) -> Result<ContainerEdits, CdiError> {
     for node in &mut edits.device_nodes {
         let host = node.host_path.clone().unwrap_or_else(|| node.path.clone());
-        let complete = node.kind.as_deref().is_some_and(|k| k == "p")
-            || (node.kind.is_some() && node.major.is_some() && node.file_mode.is_some());
+        let failed = |cause: String| CdiError::HostDevice {
+            name: name.to_owned(),
+            file: file.to_owned(),
+            path: host.clone(),
+            cause,
+        };
+        let given = node.kind.clone().filter(|k| !k.is_empty());
+        let complete = given
+            .as_deref()
+            .is_some_and(|k| k == "p" || node.major.is_some_and(|m| m != 0));
+        let (kind, major, minor, mode) = match host_node(Path::new(&host)) {
+            Ok(found) => found,
+            Err(_) if complete => continue,
+            Err(cause) => return Err(failed(cause)),
+        };
+        node.file_mode.get_or_insert(mode);
         if complete {
             continue;
         }
-        let (kind, major, minor, mode) =
-            host_node(Path::new(&host)).map_err(|cause| CdiError::HostDevice {
-                name: name.to_owned(),
-                file: file.to_owned(),
-                path: host.clone(),
-                cause,
-            })?;
-        match node.kind.as_deref().filter(|k| !k.is_empty()) {
+        match given.as_deref() {
             Some(k) if k != kind && !(k == "u" && kind == "c") => {
-                return Err(CdiError::HostDevice {
-                    name: name.to_owned(),
-                    file: file.to_owned(),
-                    path: host,
-                    cause: format!("the spec says type {k}, the host node is type {kind}"),
-                });
+                return Err(failed(format!(
+                    "the spec says type {k}, the host node is type {kind}"
+                )));
             }
             Some(_) => {}
             None => node.kind = Some(kind.to_owned()),
         }
-        if node.major.is_none() && kind != "p" {
+        if node.major.is_none_or(|m| m == 0) && kind != "p" {
             node.major = Some(major);
             node.minor = Some(minor);
         }
-        node.file_mode.get_or_insert(mode);
     }
     Ok(edits)
 }
@@ -403,5 +410,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("type b, the host node is type c"), "{msg}");
+    }
+
+    #[test]
+    fn a_node_given_in_full_needs_no_host_node() {
+        let (_root, dirs) = dirs(1);
+        let text = r#"{"cdiVersion":"0.6.0","kind":"a.com/x","devices":[
+            {"name":"full","containerEdits":{"deviceNodes":[
+                {"path":"/dev/vendor0","type":"c","major":10,"minor":229},
+                {"path":"/dev/x","hostPath":"/dev/null","type":"b","major":7,"minor":1}]}},
+            {"name":"no-major","containerEdits":{"deviceNodes":[
+                {"path":"/dev/vendor1","type":"c"}]}}]}"#;
+        std::fs::write(dirs[0].join("a.json"), text).unwrap();
+        let registry = Registry::load(&dirs);
+        let r = registry.resolve(&["a.com/x=full".into()]).unwrap();
+        let nodes = &r.devices[0].edits.device_nodes;
+        let got: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.kind.as_deref(), n.major, n.minor, n.file_mode))
+            .collect();
+        // No host node: nothing filled, the mode left to the runtime's default. A host node
+        // that is there lends its mode only, even of another type, as the Go library's does.
+        assert_eq!(
+            got,
+            [
+                (Some("c"), Some(10), Some(229), None),
+                (Some("b"), Some(7), Some(1), Some(0o666))
+            ]
+        );
+        let msg = registry
+            .resolve(&["a.com/x=no-major".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("/dev/vendor1"), "{msg}");
     }
 }

@@ -72,6 +72,17 @@ pub struct Config {
     /// CDI spec directories, read at every CreateContainer that asks for CDI devices; a device
     /// in a later directory wins over the same device in an earlier one.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// A container's devices (CRI `devices`, as raw block volumes) belong to its run_as_user
+    /// and run_as_group where those are not root, instead of the host node's owner
+    /// (containerd's and CRI-O's key of the same name; off by default, as there).
+    pub device_ownership_from_security_context: bool,
+    /// Directories of OCI hook files (CRI-O's `hooks_dir`, read as CRI-O reads them), read at
+    /// every CreateContainer; a file in a later directory replaces one of the same name.
+    pub hooks_dir: Vec<PathBuf>,
+    /// Resource limits every container's process starts with, as CRI-O's `default_ulimits`:
+    /// `name=soft:hard` or `name=limit` (`nofile=1024:4096`); they replace crust's
+    /// RLIMIT_NOFILE of 1048576 when they name `nofile`.
+    pub default_ulimits: Vec<String>,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
@@ -133,6 +144,77 @@ impl NriConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// One of `default_ulimits`: a resource limit by its name in `setrlimit(2)` without `RLIMIT_`
+/// (`nofile`, `nproc`, `core`, ...), with its soft and hard values (`u64::MAX`: unlimited).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ulimit {
+    pub name: String,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+impl Ulimit {
+    const NAMES: [&'static str; 16] = [
+        "as",
+        "core",
+        "cpu",
+        "data",
+        "fsize",
+        "locks",
+        "memlock",
+        "msgqueue",
+        "nice",
+        "nofile",
+        "nproc",
+        "rss",
+        "rtprio",
+        "rttime",
+        "sigpending",
+        "stack",
+    ];
+
+    /// `name=soft:hard` or `name=limit` (both the same), as CRI-O and Docker write ulimits; a
+    /// value may be `-1` or `unlimited`.
+    pub fn parse(text: &str) -> Result<Ulimit, String> {
+        let (name, values) = text
+            .split_once('=')
+            .ok_or("not name=soft:hard (as \"nofile=1024:4096\")")?;
+        if !Self::NAMES.contains(&name) {
+            return Err(format!(
+                "{name:?} is not a resource limit ({})",
+                Self::NAMES.join(", ")
+            ));
+        }
+        let value = |v: &str| match v {
+            "-1" | "unlimited" => Ok(u64::MAX),
+            v => v
+                .parse::<u64>()
+                .map_err(|_| format!("{v:?} is not a number, -1 or unlimited")),
+        };
+        let (soft, hard) = match values.split_once(':') {
+            Some((soft, hard)) => (value(soft)?, value(hard)?),
+            None => (value(values)?, value(values)?),
+        };
+        if soft > hard {
+            return Err("the soft limit is above the hard one".into());
+        }
+        Ok(Ulimit {
+            name: name.to_owned(),
+            soft,
+            hard,
+        })
+    }
+
+    /// Every entry of `default_ulimits`, parsed (the configuration was validated).
+    pub fn all(config: &Config) -> Vec<Ulimit> {
+        config
+            .default_ulimits
+            .iter()
+            .filter_map(|u| Ulimit::parse(u).ok())
+            .collect()
     }
 }
 
@@ -321,6 +403,9 @@ pub struct ImageStoreConfig {
     /// Pulls stop (ResourceExhausted) rather than leave less than this share of the image
     /// filesystem's space or inodes free; 0 turns the check off.
     pub min_free_percent: u8,
+    /// Images kubelet's garbage collection must leave alone (CRI `Image.pinned`), as references
+    /// or globs (`*` for any run of characters) over an image's full names.
+    pub pinned_images: Vec<String>,
 }
 
 impl Default for ImageStoreConfig {
@@ -329,6 +414,7 @@ impl Default for ImageStoreConfig {
             max_concurrent_downloads: 3,
             pull_progress_timeout_secs: 60,
             min_free_percent: 5,
+            pinned_images: Vec::new(),
         }
     }
 }
@@ -347,6 +433,9 @@ impl Default for Config {
             default_runtime_handler: "runc".into(),
             runtime_handlers: vec!["runc".into()],
             cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            device_ownership_from_security_context: false,
+            hooks_dir: Vec::new(),
+            default_ulimits: Vec::new(),
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
@@ -506,6 +595,16 @@ impl Config {
                 dir.display()
             ));
         }
+        for u in &self.default_ulimits {
+            Ulimit::parse(u)
+                .map_err(|why| ConfigError::Invalid(format!("default_ulimits: {u:?}: {why}")))?;
+        }
+        if let Some(dir) = self.hooks_dir.iter().find(|d| !d.is_absolute()) {
+            return invalid(format!(
+                "hooks_dir: {} is not an absolute path",
+                dir.display()
+            ));
+        }
         if self.root == self.state {
             return invalid("root and state must be different directories".into());
         }
@@ -576,6 +675,15 @@ impl Config {
         }
         if image.min_free_percent > 50 {
             return invalid("image.min_free_percent must be between 0 and 50".into());
+        }
+        if let Some(p) = image
+            .pinned_images
+            .iter()
+            .find(|p| p.is_empty() || p.contains(char::is_whitespace))
+        {
+            return invalid(format!(
+                "image.pinned_images: {p:?} is not an image reference or glob"
+            ));
         }
         Ok(())
     }
@@ -816,6 +924,38 @@ mod tests {
             ..Default::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("kata"));
+    }
+
+    #[test]
+    fn node_defaults_are_checked_when_read() {
+        let c = Config::parse(
+            "device_ownership_from_security_context = true\nhooks_dir = [\"/h\"]\n\
+             default_ulimits = [\"nofile=1024:4096\", \"core=unlimited\"]\n\
+             [image]\npinned_images = [\"registry.k8s.io/pause:3.10\", \"*base*\"]\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.device_ownership_from_security_context);
+        let nofile = Ulimit {
+            name: "nofile".into(),
+            soft: 1024,
+            hard: 4096,
+        };
+        assert_eq!(Ulimit::all(&c)[0], nofile);
+        assert_eq!(Ulimit::all(&c)[1].soft, u64::MAX);
+        assert_eq!(Ulimit::parse("nproc=5").unwrap().hard, 5);
+        let refused = [
+            ("default_ulimits = [\"nofile\"]", "not name=soft:hard"),
+            ("default_ulimits = [\"files=1\"]", "not a resource limit"),
+            ("default_ulimits = [\"nofile=9:1\"]", "soft limit is above"),
+            ("default_ulimits = [\"nofile=x\"]", "not a number"),
+            ("hooks_dir = [\"rel\"]", "hooks_dir: rel"),
+            ("[image]\npinned_images = [\"\"]", "pinned_images"),
+        ];
+        for (text, want) in refused {
+            let err = Config::parse(text).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(want), "{text}: {err}");
+        }
     }
 
     /// `crust config default` is the whole default configuration: it reads back as the

@@ -176,6 +176,11 @@ pub struct ContainerContext {
     pub max_exec_output: usize,
     /// Where CDI specs are read from, later directories winning (`cdi_spec_dirs`).
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// Request devices belong to the container's run_as_user/run_as_group, where not root
+    /// (`device_ownership_from_security_context`).
+    pub device_ownership_from_security_context: bool,
+    /// Directories of OCI hook files (`hooks_dir`).
+    pub hooks_dirs: Vec<PathBuf>,
 }
 
 impl ContainerContext {
@@ -194,6 +199,8 @@ impl ContainerContext {
             monitor_timeout: Duration::from_secs(30),
             max_exec_output: 16 << 20,
             cdi_spec_dirs: crate::config::Config::default().cdi_spec_dirs,
+            device_ownership_from_security_context: false,
+            hooks_dirs: Vec::new(),
         }
     }
 

@@ -94,6 +94,14 @@ impl Containers {
             .await
             .map_err(|e| e.to_string())?;
         self.nri().updated(&held.id, &u.resources);
+        // The record keeps them, as it keeps UpdateContainerResources': ContainerStatus and
+        // `crictl inspect` show what the container runs with.
+        let figures = crate::oci::cri_resources(&u.resources);
+        held.entry
+            .commit(&self.ctx, |r| {
+                r.spec.resources = r.spec.resources.updated_by(&figures);
+            })
+            .map_err(|e| e.to_string())?;
         tracing::info!(container_id = %held.id, "NRI plugin updated the container's resources");
         Ok(())
     }

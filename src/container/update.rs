@@ -1,4 +1,9 @@
 //! UpdateContainerResources: new limits applied to the live cgroup, then recorded.
+//!
+//! The request is what changes: its zero fields leave the cgroup's figures alone, and the record
+//! keeps them too (`Resources::updated_by`), as containerd and CRI-O merge an update into the
+//! container's spec. NRI plugins get the request itself, as containerd hands it to them, with
+//! the container's current limits beside it.
 
 use std::sync::Arc;
 
@@ -28,8 +33,9 @@ impl Containers {
             let linux = nri.update_container(&held.id, &linux).await?;
             let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
             super::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
-            held.entry
-                .commit(&me.ctx, |r| r.spec.resources = resources)?;
+            held.entry.commit(&me.ctx, |r| {
+                r.spec.resources = r.spec.resources.updated_by(&resources)
+            })?;
             nri.post_update(&held.id).await;
             tracing::info!("container resources updated");
             Ok(())

@@ -58,7 +58,7 @@ fn image(v: &ImageView) -> pb::Image {
             image: v.id(),
             ..Default::default()
         }),
-        pinned: false,
+        pinned: v.pinned,
     }
 }
 

@@ -246,6 +246,9 @@ impl RuntimeService for RuntimeServer {
                 .collect(),
             features: Some(pb::RuntimeFeatures {
                 supplemental_groups_policy: true,
+                // Mount.mount_options: noexec, nosuid, nodev (and ro) are applied; any other
+                // option fails CreateContainer.
+                mount_options: true,
                 ..Default::default()
             }),
         }))

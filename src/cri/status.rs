@@ -50,6 +50,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         // The kernel refused a value for this pod's cgroup (a memory limit under its usage, a
         // cpuset outside the node's): the node's state, not a bug.
         SandboxError::Resources { .. } => Code::FailedPrecondition,
+        SandboxError::Nri { source, .. } => nri_code(source),
         SandboxError::Run { cause, .. } => run_code(cause),
         // What is left can be released by another Stop or Remove.
         SandboxError::Teardown { .. } => Code::Unavailable,

@@ -190,6 +190,9 @@ async fn start_containers(
         sandboxes.context().cgroups.clone(),
     );
     ctx.cdi_spec_dirs = config.cdi_spec_dirs.clone();
+    ctx.device_ownership_from_security_context = config.device_ownership_from_security_context;
+    ctx.hooks_dirs = config.hooks_dir.clone();
+    ctx.host.default_ulimits = crate::config::Ulimit::all(config);
     ctx.prepare_dirs().map_err(io(
         "creating the container directories under",
         &config.state,

@@ -19,6 +19,7 @@ mod fsinfo;
 pub mod fuzz;
 mod idle;
 mod import;
+mod pinned;
 mod pull;
 mod registry;
 mod remove;
@@ -218,6 +219,8 @@ pub struct ImageSettings {
     pub platform: Platform,
     /// The share of the image filesystem pulls leave free.
     pub reserve: Reserve,
+    /// References and globs of the images kubelet's garbage collection must leave alone.
+    pub pinned_images: Vec<String>,
 }
 
 impl ImageSettings {
@@ -229,6 +232,7 @@ impl ImageSettings {
             progress_timeout: Duration::from_secs(config.image.pull_progress_timeout_secs),
             platform: Platform::current(),
             reserve: Reserve::new(config.image.min_free_percent),
+            pinned_images: config.image.pinned_images.clone(),
         }
     }
 }
@@ -238,6 +242,7 @@ pub struct Images {
     paths: StorePaths,
     containers_dir: PathBuf,
     settings: ImageSettings,
+    pinned: pinned::PinnedImages,
     registries: registry::Registries,
     state: RwLock<State>,
     /// Serializes record commits inside this process (the flock serializes processes).
@@ -295,6 +300,7 @@ impl Images {
         let images = Images {
             containers_dir: settings.root.join("containers"),
             registries: registry::Registries::new(&settings),
+            pinned: pinned::PinnedImages::new(&settings.pinned_images),
             downloads: tokio::sync::Semaphore::new(settings.max_concurrent_downloads.max(1)),
             unpacks: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism()
@@ -355,6 +361,7 @@ impl Images {
             progress_timeout: Duration::from_secs(1),
             platform: Platform::current(),
             reserve: Reserve::new(0),
+            pinned_images: Vec::new(),
         };
         Images::open(settings, true).unwrap()
     }

@@ -150,6 +150,7 @@ mod tests {
                 progress_timeout: Duration::from_secs(1),
                 platform: Platform::current(),
                 reserve: crate::image::Reserve::new(0),
+                pinned_images: Vec::new(),
             };
             Images::open(settings, true).unwrap()
         };

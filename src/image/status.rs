@@ -15,15 +15,18 @@ pub struct ImageView {
     pub uid: Option<i64>,
     /// The user name the image runs as, when its `User` is a name.
     pub username: String,
+    /// One of its names matches `image.pinned_images`: kubelet's garbage collection keeps it.
+    pub pinned: bool,
 }
 
 impl ImageView {
-    pub fn new(record: ImageRecord) -> ImageView {
+    pub fn new(record: ImageRecord, pinned: bool) -> ImageView {
         let (uid, username) = user_of(&record.config.config.user);
         ImageView {
             record,
             uid,
             username,
+            pinned,
         }
     }
 
@@ -108,16 +111,21 @@ impl Images {
 
     /// ImageStatus: the image, or `None` when it is not stored (not an error, per CRI).
     pub fn status(&self, spec: &str) -> Result<Option<ImageView>, ImageError> {
-        Ok(self.find(spec)?.map(ImageView::new))
+        Ok(self.find(spec)?.map(|r| self.view(r)))
+    }
+
+    fn view(&self, record: ImageRecord) -> ImageView {
+        let pinned = self.pinned.covers(&record);
+        ImageView::new(record, pinned)
     }
 
     /// ListImages: all images, or the one `filter` names; oldest first.
     pub fn list(&self, filter: Option<&str>) -> Result<Vec<ImageView>, ImageError> {
         if let Some(f) = filter.filter(|f| !f.is_empty()) {
-            return Ok(self.find(f)?.map(ImageView::new).into_iter().collect());
+            return Ok(self.find(f)?.map(|r| self.view(r)).into_iter().collect());
         }
         let table = self.table();
-        let mut out: Vec<ImageView> = table.all().cloned().map(ImageView::new).collect();
+        let mut out: Vec<ImageView> = table.all().cloned().map(|r| self.view(r)).collect();
         out.sort_by(|a, b| {
             (a.record.stored_at, &a.record.id).cmp(&(b.record.stored_at, &b.record.id))
         });

@@ -26,6 +26,27 @@ pub enum Propagation {
     Bidirectional,
 }
 
+/// A flag CRI's `Mount.mount_options` may ask for on a bind mount (kubelet's
+/// `bindMountOptions`, which the API limits to these three; `ro` is `MountSpec::readonly`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BindOption {
+    NoExec,
+    NoSuid,
+    NoDev,
+}
+
+impl BindOption {
+    /// The option as a mount option string, and as CRI names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BindOption::NoExec => "noexec",
+            BindOption::NoSuid => "nosuid",
+            BindOption::NoDev => "nodev",
+        }
+    }
+}
+
 /// One mount of the request: a host path bind-mounted into the container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountSpec {
@@ -48,6 +69,9 @@ pub struct MountSpec {
     /// pod's (`uid_mappings` / `gid_mappings`; kubelet sends them on every mount of such a pod).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_maps: Option<UserNsRequest>,
+    /// Flags applied to the bind mount besides read-only (`mount_options`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<BindOption>,
 }
 
 /// A host device made available in the container.

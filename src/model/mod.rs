@@ -12,7 +12,7 @@ mod resources;
 mod security;
 
 pub use container::{
-    ContainerMetadata, ContainerSpec, DeviceSpec, MountSpec, Propagation, ResolvedUser,
+    BindOption, ContainerMetadata, ContainerSpec, DeviceSpec, MountSpec, Propagation, ResolvedUser,
 };
 pub use id::new_id;
 pub use namespaces::{IdMaps, IdRange, NamespaceMode, UserNsRequest};

@@ -3,9 +3,12 @@
 //! - RunPodSandbox: the pod is up (namespaces, network, cgroup) but not yet visible; an error
 //!   fails RunPodSandbox, which undoes it and tells plugins StopPodSandbox and
 //!   RemovePodSandbox (`run_pod_failed`);
+//! - UpdatePodSandbox (UpdatePodSandboxResources, before the pod's cgroup changes; an error
+//!   fails it), PostUpdatePodSandbox (after), each time kubelet resizes the pod;
 //! - StopPodSandbox (after the pod's containers stopped), RemovePodSandbox;
 //! - CreateContainer: the OCI spec is built; plugins adjust it in index order, each seeing the
-//!   earlier ones' changes, under the ownership rules; an error fails CreateContainer, which
+//!   earlier ones' changes, under the ownership rules; then validating plugins may reject the
+//!   result (ValidateContainerAdjustment, `validate.rs`); an error fails CreateContainer, which
 //!   undoes it and tells plugins StopContainer and RemoveContainer (`create_failed`);
 //! - PostCreateContainer, StartContainer (before the process runs; an error fails the start),
 //!   PostStartContainer, UpdateContainer (plugins may change the limits; an error fails the
@@ -18,7 +21,9 @@
 use super::hub::{Known, to_oci};
 use super::merge::{self, Owners, Updates};
 use super::ttrpc::CallError;
-use super::{ContainerInfo, Created, Eviction, Nri, NriError, PodInfo, State, Status, api, spec};
+use super::{
+    ContainerInfo, Created, Eviction, Nri, NriError, PodInfo, State, Status, api, spec, validate,
+};
 use api::Event;
 
 fn bit(e: Event) -> u32 {
@@ -40,8 +45,14 @@ fn name(e: Event) -> &'static str {
         Event::PostUpdateContainer => "PostUpdateContainer",
         Event::StopContainer => "StopContainer",
         Event::RemoveContainer => "RemoveContainer",
+        Event::ValidateContainerAdjustment => "ValidateContainerAdjustment",
         _ => "an unknown event",
     }
+}
+
+/// OCI resources as NRI's messages carry them.
+fn nri_resources(r: &oci_spec::runtime::LinuxResources) -> api::LinuxResources {
+    spec::resources(&serde_json::to_value(r).unwrap_or_default())
 }
 
 /// The pod as NRI's messages carry it.
@@ -65,6 +76,8 @@ fn pod_message(p: &PodInfo) -> api::PodSandbox {
                     path: path.clone(),
                 })
                 .collect(),
+            pod_resources: p.resources.as_ref().map(nri_resources),
+            pod_overhead: p.overhead.as_ref().map(nri_resources),
             ..Default::default()
         }),
         pid: p.pid,
@@ -202,6 +215,53 @@ impl Nri {
         self.lock_table().pods.insert(pod.id.clone(), known);
     }
 
+    /// UpdatePodSandboxResources, before the pod's cgroup changes: each subscribed plugin is
+    /// told the pod's new figures; an error fails the update, as containerd has it. Once all
+    /// accepted, the pod as plugins know it carries the figures.
+    pub async fn update_pod(&self, pod: &PodInfo) -> Result<(), NriError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let Some(turn) = self.lock_table().pods.get(&pod.id).map(|k| k.turn.clone()) else {
+            return Ok(());
+        };
+        let _turn = turn.lock().await;
+        let _gate = self.gate.read().await;
+        let message = pod_message(pod);
+        let event = Event::UpdatePodSandbox;
+        let linux = message.linux.clone().unwrap_or_default();
+        for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
+            let req = api::UpdatePodSandboxRequest {
+                pod: Some(message.clone()),
+                overhead_linux_resources: linux.pod_overhead.clone(),
+                linux_resources: linux.pod_resources.clone(),
+            };
+            self.ask::<_, api::UpdatePodSandboxResponse>(p, event, &req)
+                .await?;
+        }
+        // Accepted: later events and synchronizations show the new figures.
+        if let Some(k) = self.lock_table().pods.get_mut(&pod.id) {
+            k.object = message;
+        }
+        Ok(())
+    }
+
+    /// PostUpdatePodSandbox: the pod's cgroup has its new figures; a plugin's error is logged.
+    pub async fn post_update_pod(&self, id: &str) {
+        if !self.enabled() {
+            return;
+        }
+        let Some(turn) = self.lock_table().pods.get(id).map(|k| k.turn.clone()) else {
+            return;
+        };
+        let _turn = turn.lock().await;
+        let _gate = self.gate.read().await;
+        let pod = self.pod_of(id);
+        if let Err(e) = self.notify(Event::PostUpdatePodSandbox, &pod, None).await {
+            tracing::warn!(pod_id = %id, error = %e, "NRI notification failed");
+        }
+    }
+
     pub async fn stop_pod(&self, id: &str) {
         self.pod_event(id, Event::StopPodSandbox).await;
     }
@@ -267,6 +327,7 @@ impl Nri {
         let (mut owners, mut updates) = (Owners::default(), Updates::default());
         let (mut evictions, mut created, mut adjusted) = (Vec::new(), Created::default(), false);
         let mut adjusters: Vec<String> = Vec::new();
+        let (pristine, mut adjustments) = (container.clone(), Vec::new());
         for p in self.plugins().iter().filter(|p| p.subscribed(event)) {
             let req = api::CreateContainerRequest {
                 pod: Some(pod.clone()),
@@ -281,6 +342,7 @@ impl Nri {
             let plugin = p.name();
             if let Some(adj) = &answer.adjust {
                 adjusters.push(plugin.clone());
+                adjustments.push(adj.clone());
                 merge::claim_adjustment(&mut owners, &info.id, adj, &plugin).map_err(
                     |message| NriError::Conflict {
                         event: name(event),
@@ -318,6 +380,12 @@ impl Nri {
                 })?;
             evictions.extend(answer.evict);
         }
+        let proposal = validate::Proposal {
+            adjustments: &adjustments,
+            updates: &updates,
+            owners: &owners,
+        };
+        self.validate(&pod, &pristine, proposal).await?;
         if adjusted {
             *spec = serde_json::from_value(json).map_err(|e| NriError::Adjustment {
                 plugin: adjusters.join(", "),
@@ -329,6 +397,35 @@ impl Nri {
         }
         self.side_effects(updates, evictions);
         Ok(created)
+    }
+
+    /// ValidateContainerAdjustment: every validating plugin sees what CreateContainer's plugins
+    /// would do; the first that rejects it (or fails) fails the creation.
+    async fn validate(
+        &self,
+        pod: &api::PodSandbox,
+        container: &api::Container,
+        proposal: validate::Proposal<'_>,
+    ) -> Result<(), NriError> {
+        let event = Event::ValidateContainerAdjustment;
+        let plugins = self.plugins();
+        if !plugins.iter().any(|p| p.subscribed(event)) {
+            return Ok(());
+        }
+        let consulted = plugins
+            .iter()
+            .map(|p| (p.base.clone(), p.idx.clone()))
+            .collect();
+        let req = validate::request(pod, container, proposal, consulted);
+        for p in plugins.iter().filter(|p| p.subscribed(event)) {
+            if let Verdict::Answer(answer) = self
+                .ask::<_, api::ValidateContainerAdjustmentResponse>(p, event, &req)
+                .await?
+            {
+                validate::rejection(p.name(), &answer)?;
+            }
+        }
+        Ok(())
     }
 
     /// A CreateContainer that failed after `create_container`: plugins hear the container stop

@@ -42,6 +42,23 @@ impl Owners {
         claim_slot(slot, field, key, plugin)
     }
 
+    /// Who set what, as NRI's messages carry it (ValidateContainerAdjustment); entries a
+    /// plugin removed and left unset are owned by none and left out.
+    pub fn to_api(&self) -> api::OwningPlugins {
+        let mut out = api::OwningPlugins::default();
+        let set = |owner: &String| !owner.starts_with('-');
+        for ((id, field), owner) in self.simple.iter().filter(|(_, o)| set(o)) {
+            let owners = out.owners.entry(id.clone()).or_default();
+            owners.simple.insert(*field, owner.clone());
+        }
+        for ((id, field, key), owner) in self.compound.iter().filter(|(_, o)| set(o)) {
+            let owners = out.owners.entry(id.clone()).or_default();
+            let compound = owners.compound.entry(*field).or_default();
+            compound.owners.insert(key.clone(), owner.clone());
+        }
+        out
+    }
+
     /// Marks an entry removed by `plugin`, which may then set it again.
     fn clear(&mut self, id: &str, field: Field, key: Option<&str>, plugin: &str) {
         let mark = format!("-{plugin}");

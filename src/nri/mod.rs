@@ -19,7 +19,8 @@
 //!   them at;
 //! - `merge.rs`: NRI's ownership rules: two plugins setting the same field is an error naming
 //!   both;
-//! - `spec.rs`: a container as NRI describes it, from its OCI spec; adjustments applied to it.
+//! - `spec.rs`: a container as NRI describes it, from its OCI spec; adjustments applied to it;
+//! - `validate.rs`: ValidateContainerAdjustment, the validating plugins' say on CreateContainer.
 //!
 //! Invariants:
 //! - each event reaches each plugin at most once per pod or container, in the order things
@@ -37,6 +38,7 @@ mod merge;
 mod plugin;
 mod spec;
 pub mod ttrpc;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -122,6 +124,10 @@ pub struct PodInfo {
     pub ips: Vec<String>,
     /// (type, path) of each namespace the pod has of its own.
     pub namespaces: Vec<(String, String)>,
+    /// The sum of its containers' limits and the runtime class's overhead, as kubelet last
+    /// gave them (RunPodSandbox, UpdatePodSandboxResources); `None`: not given.
+    pub resources: Option<oci_spec::runtime::LinuxResources>,
+    pub overhead: Option<oci_spec::runtime::LinuxResources>,
 }
 
 /// What NRI needs of a container beyond its OCI spec.

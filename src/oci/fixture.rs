@@ -30,6 +30,11 @@ impl Fixture {
         // What kubelet sends for a pod that does not share its PID namespace (the derived
         // default, POD, is CRI's zero value).
         spec.security.pid_mode = NamespaceMode::Container;
+        // kubelet's lists for `procMount: Default` (an empty list means none).
+        spec.security.masked_paths = ["/proc/kcore", "/proc/keys", "/sys/firmware"]
+            .map(String::from)
+            .to_vec();
+        spec.security.readonly_paths = ["/proc/bus", "/proc/sys"].map(String::from).to_vec();
         let pod_dir = PathBuf::from("/run/crust/pods/p1");
         let ns_dir = PathBuf::from("/run/crust/ns/p1");
         Fixture {

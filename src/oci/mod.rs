@@ -41,7 +41,7 @@ use crate::model::{ContainerSpec, ResolvedUser};
 
 pub use capabilities::parse_capability;
 pub use process::exec_process;
-pub use resources::{container_resources, pod_resources};
+pub use resources::{container_resources, cri_resources, pod_resources};
 pub use seccomp::{SeccompProfile, parse_seccomp_profile};
 pub use seccomp_default::default_profile as runtime_default_seccomp;
 pub use signal::{parse_signal, stop_signal};
@@ -151,6 +151,8 @@ pub struct HostFeatures {
     /// The AppArmor profile `RuntimeDefault` (and an unset profile) means, once the container
     /// module has loaded it; `None` leaves such containers without a profile.
     pub apparmor_default_profile: Option<String>,
+    /// The node's `default_ulimits`: every container's process starts with these.
+    pub default_ulimits: Vec<crate::config::Ulimit>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +211,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
             pod_hostname: &input.pod.hostname,
             min_oom_score_adj: input.host.min_oom_score_adj,
             max_nofile: input.host.max_nofile,
+            default_ulimits: &input.host.default_ulimits,
         },
         &security,
     )?;
@@ -348,7 +351,14 @@ mod tests {
         );
         assert_eq!(linux.rootfs_propagation().as_deref(), Some("private"));
         assert_eq!(linux.sysctl(), &None);
-        assert_eq!(linux.masked_paths().as_ref().map(|p| p.len()), Some(11));
+        assert_eq!(
+            linux.masked_paths().as_ref(),
+            Some(&fx.spec.security.masked_paths)
+        );
+        assert_eq!(
+            linux.readonly_paths().as_ref(),
+            Some(&fx.spec.security.readonly_paths)
+        );
         let seccomp = linux.seccomp().as_ref().unwrap();
         assert_eq!(seccomp.default_action(), LinuxSeccompAction::ScmpActErrno);
         let kinds: Vec<_> = linux

@@ -223,6 +223,7 @@ fn request_mount(destination: &Path, m: &MountSpec) -> Mount {
     if m.recursive_readonly {
         options.push("rro".into());
     }
+    options.extend(m.options.iter().map(|o| o.name().to_owned()));
     let mut out = Mount::default();
     out.set_destination(destination.to_path_buf())
         .set_typ(Some("bind".into()))
@@ -335,6 +336,7 @@ fn strings(list: &[&str]) -> Vec<String> {
 mod tests {
     use super::super::fixture::Fixture;
     use super::*;
+    use crate::model::BindOption;
 
     fn request(container: &str, host: &str, propagation: Propagation) -> MountSpec {
         MountSpec {
@@ -612,6 +614,21 @@ mod tests {
             err.to_string(),
             "mounts[/ro]: a recursive read-only mount must have private propagation"
         );
+    }
+
+    #[test]
+    fn bind_options_follow_the_request() {
+        let mut fx = Fixture::new();
+        let mut m = request("/data", "/host/data", Propagation::Private);
+        m.options = vec![BindOption::NoExec, BindOption::NoDev];
+        fx.mounts = vec![m];
+        let out = mounts(&fx.input(), false).unwrap();
+        let data = out
+            .mounts
+            .iter()
+            .find(|m| m.destination() == Path::new("/data"))
+            .unwrap();
+        assert_eq!(summary(data).3, "rbind,rprivate,rw,noexec,nodev");
     }
 
     #[test]

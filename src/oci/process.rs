@@ -8,10 +8,11 @@
 //!   later value replacing an earlier one of the same name in place; then `HOME`, unless set,
 //!   as runc sets it: the user's passwd home, else `/`;
 //! - cwd: the request's working dir, else the image's WorkingDir, else `/`;
-//! - RLIMIT_NOFILE 1048576 (CRI-O's and recent Docker's) or what crust may set if lower,
+//! - RLIMIT_NOFILE 1048576 (CRI-O's and recent Docker's) or what crust may set if lower, then
+//!   the node's `default_ulimits` (CRI-O's), which replace it when they name `nofile`,
 //!   oom_score_adj clamped to what crust may set, the user, and the security settings decided in `security`.
 
-use oci_spec::runtime::{PosixRlimitBuilder, PosixRlimitType, Process, User};
+use oci_spec::runtime::{PosixRlimit, PosixRlimitBuilder, PosixRlimitType, Process, User};
 
 use crate::image::RuntimeConfig;
 use crate::model::{ContainerSpec, ResolvedUser};
@@ -35,6 +36,34 @@ pub(crate) struct ProcessInput<'a> {
     pub pod_hostname: &'a str,
     pub min_oom_score_adj: i64,
     pub max_nofile: u64,
+    pub default_ulimits: &'a [crate::config::Ulimit],
+}
+
+/// RLIMIT_NOFILE at `nofile`, then the node's default ulimits, a later one replacing an
+/// earlier one of the same resource.
+fn rlimits(nofile: u64, defaults: &[crate::config::Ulimit]) -> Result<Vec<PosixRlimit>, SpecError> {
+    let rlimit = |typ, soft, hard| {
+        PosixRlimitBuilder::default()
+            .typ(typ)
+            .soft(soft)
+            .hard(hard)
+            .build()
+            // Cannot fail: every field of the builder has a default.
+            .unwrap_or_default()
+    };
+    let mut out = vec![rlimit(PosixRlimitType::RlimitNofile, nofile, nofile)];
+    for u in defaults {
+        let name = format!("RLIMIT_{}", u.name.to_ascii_uppercase());
+        let typ: PosixRlimitType = name.parse().map_err(|_| {
+            SpecError::Invalid(format!(
+                "default_ulimits: {:?} is not a resource limit",
+                u.name
+            ))
+        })?;
+        out.retain(|r| r.typ() != typ);
+        out.push(rlimit(typ, u.soft, u.hard));
+    }
+    Ok(out)
 }
 
 pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<Process, SpecError> {
@@ -48,13 +77,7 @@ pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<P
         0 => NOFILE_LIMIT,
         max => NOFILE_LIMIT.min(max),
     };
-    let rlimit = PosixRlimitBuilder::default()
-        .typ(PosixRlimitType::RlimitNofile)
-        .soft(nofile)
-        .hard(nofile)
-        .build()
-        // Cannot fail: every field of the builder has a default.
-        .unwrap_or_default();
+    let rlimits = rlimits(nofile, input.default_ulimits)?;
     let mut process = Process::default();
     process
         .set_terminal(Some(spec.tty))
@@ -69,7 +92,7 @@ pub(crate) fn process(input: &ProcessInput<'_>, security: &Security) -> Result<P
         )?))
         .set_cwd(cwd(spec, input.image)?.into())
         .set_capabilities(Some(security.capabilities.clone()))
-        .set_rlimits(Some(vec![rlimit]))
+        .set_rlimits(Some(rlimits))
         .set_no_new_privileges(security.no_new_privileges)
         .set_apparmor_profile(security.apparmor_profile.clone())
         .set_selinux_label(security.selinux_label.clone())
@@ -454,6 +477,7 @@ mod tests {
             pod_hostname: "pod-host",
             min_oom_score_adj: fx.host.min_oom_score_adj,
             max_nofile: 0,
+            default_ulimits: &[],
         };
         let p = process(&input, &sec).unwrap();
         assert_eq!(p.terminal(), Some(true));
@@ -483,6 +507,38 @@ mod tests {
     }
 
     #[test]
+    fn default_ulimits_add_to_and_replace_crust_s_own() {
+        let parse = |list: &[&str]| {
+            list.iter()
+                .map(|u| crate::config::Ulimit::parse(u).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let got = |defaults: &[crate::config::Ulimit]| {
+            rlimits(NOFILE_LIMIT, defaults)
+                .unwrap()
+                .iter()
+                .map(|r| (r.typ(), r.soft(), r.hard()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            got(&parse(&[
+                "nproc=100:200",
+                "nofile=1024:4096",
+                "core=unlimited"
+            ])),
+            [
+                (PosixRlimitType::RlimitNproc, 100, 200),
+                (PosixRlimitType::RlimitNofile, 1024, 4096),
+                (PosixRlimitType::RlimitCore, u64::MAX, u64::MAX),
+            ]
+        );
+        assert_eq!(
+            got(&[]),
+            [(PosixRlimitType::RlimitNofile, NOFILE_LIMIT, NOFILE_LIMIT)]
+        );
+    }
+
+    #[test]
     fn exec_process_keeps_the_container_identity() {
         let fx = Fixture::new();
         let sec = security(&fx.spec.security, None, &fx.host).unwrap();
@@ -494,6 +550,7 @@ mod tests {
             pod_hostname: "h",
             min_oom_score_adj: 0,
             max_nofile: 0,
+            default_ulimits: &[],
         };
         let container = process(&input, &sec).unwrap();
         let table = [(false, false), (true, true)];

@@ -93,6 +93,39 @@ pub fn pod_resources(
     container_resources(&sum, &host)
 }
 
+/// The CRI figures OCI limits stand for, each field left zero (unset) where `r` sets none: the
+/// inverse of `container_resources` for what both carry (NRI plugins' updates come as OCI
+/// limits, and a container's record keeps CRI figures).
+pub fn cri_resources(r: &LinuxResources) -> Resources {
+    let cpu = r.cpu().clone().unwrap_or_default();
+    let memory = r.memory().unwrap_or_default();
+    Resources {
+        cpu_period: cpu.period().map_or(0, |p| p as i64),
+        cpu_quota: cpu.quota().unwrap_or_default(),
+        cpu_shares: cpu.shares().map_or(0, |s| s as i64),
+        memory_limit: memory.limit().unwrap_or_default(),
+        memory_swap_limit: memory.swap().unwrap_or_default(),
+        cpuset_cpus: cpu.cpus().clone().unwrap_or_default(),
+        cpuset_mems: cpu.mems().clone().unwrap_or_default(),
+        hugepage_limits: r
+            .hugepage_limits()
+            .iter()
+            .flatten()
+            .map(|h| crate::model::HugepageLimit {
+                page_size: h.page_size().clone(),
+                limit: h.limit().max(0) as u64,
+            })
+            .collect(),
+        unified: r
+            .unified()
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
 /// The full `linux.resources` of a new container: its limits and its device cgroup.
 pub(crate) fn resources(
     r: &Resources,
@@ -366,6 +399,31 @@ mod tests {
             hugetlb: true,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn cri_figures_come_back_from_the_limits_they_made() {
+        let r = Resources {
+            cpu_period: 100_000,
+            cpu_quota: 50_000,
+            cpu_shares: 512,
+            memory_limit: 64 << 20,
+            memory_swap_limit: 96 << 20,
+            cpuset_cpus: "0-1".into(),
+            cpuset_mems: "0".into(),
+            hugepage_limits: vec![HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 4 << 20,
+            }],
+            unified: BTreeMap::from([("memory.high".into(), "max".into())]),
+            ..Default::default()
+        };
+        assert_eq!(cri_resources(&container_resources(&r, &v2()).unwrap()), r);
+        // Only what the limits set: a memory limit alone.
+        let mut memory = LinuxResources::default();
+        memory.set_memory(Some(*LinuxMemory::default().set_limit(Some(1 << 20))));
+        let only = cri_resources(&memory);
+        assert_eq!((only.memory_limit, only.cpu_shares), (1 << 20, 0));
     }
 
     #[test]

@@ -5,6 +5,13 @@
 //!
 //! Capabilities are decided in `capabilities.rs`. A privileged container gets every
 //! capability, no masked or read-only paths, no seccomp and no AppArmor/SELinux confinement.
+//!
+//! The masked and read-only paths are the request's, and an empty list means none, as in
+//! containerd (containerd#5029): kubelet sends its default lists for `procMount: Default` and
+//! empty ones for `procMount: Unmasked`, whose pods (nested runtimes such as rootless BuildKit)
+//! must be able to mount a procfs of their own, which the kernel refuses over a /proc with
+//! anything mounted on it. The wire cannot tell an empty list from an absent one, so a client
+//! that sends none (crictl) gets none, as from containerd.
 
 use std::collections::HashSet;
 
@@ -16,29 +23,6 @@ use super::capabilities::{capability_sets, limit_to};
 use super::seccomp::SeccompProfile;
 use super::seccomp_default::default_profile;
 use super::{HostFeatures, SpecError};
-
-/// containerd's defaults: kernel interfaces that leak host information or allow harm.
-const DEFAULT_MASKED_PATHS: &[&str] = &[
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-    "/sys/devices/virtual/powercap",
-];
-
-const DEFAULT_READONLY_PATHS: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
 
 /// The security half of a container's spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,10 +64,7 @@ pub(crate) fn security(
     let (masked_paths, readonly_paths) = if sc.privileged {
         (Vec::new(), Vec::new())
     } else {
-        (
-            or_defaults(&sc.masked_paths, DEFAULT_MASKED_PATHS),
-            or_defaults(&sc.readonly_paths, DEFAULT_READONLY_PATHS),
-        )
+        (sc.masked_paths.clone(), sc.readonly_paths.clone())
     };
     let mut capabilities = LinuxCapabilities::default();
     capabilities
@@ -168,14 +149,6 @@ fn selinux_labels(options: &SelinuxOptions) -> (Option<String>, Option<String>) 
     );
     let mount = format!("system_u:object_r:container_file_t:{level}");
     (Some(process), Some(mount))
-}
-
-fn or_defaults(request: &[String], defaults: &[&str]) -> Vec<String> {
-    if request.is_empty() {
-        defaults.iter().map(|p| p.to_string()).collect()
-    } else {
-        request.to_vec()
-    }
 }
 
 #[cfg(test)]
@@ -392,9 +365,9 @@ mod tests {
     #[test]
     fn privileged_and_paths() {
         let host = HostFeatures::default();
+        // kubelet's procMount Unmasked: empty lists, and nothing masked or read-only.
         let plain = security(&SecurityContext::default(), None, &host).unwrap();
-        assert_eq!(plain.masked_paths, strings(DEFAULT_MASKED_PATHS));
-        assert_eq!(plain.readonly_paths, strings(DEFAULT_READONLY_PATHS));
+        assert!(plain.masked_paths.is_empty() && plain.readonly_paths.is_empty());
         assert!(!plain.privileged);
 
         let custom = SecurityContext {

@@ -75,6 +75,12 @@ pub enum SandboxError {
     NotRunning(String),
     #[error("applying resources to pod sandbox {id}: {error}")]
     Resources { id: String, error: String },
+    /// An NRI plugin refused the pod's new resources.
+    #[error("updating the resources of pod sandbox {id}: {source}")]
+    Nri {
+        id: String,
+        source: crate::nri::NriError,
+    },
     #[error("reading the statistics of pod sandbox {id}: {error}")]
     Stats { id: String, error: String },
     #[error("failed to {step}: {cause}{}", cleanup_note(.cleanup))]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{IdMaps, NamespaceMode, UserNsRequest};
+use crate::model::{IdMaps, NamespaceMode, Resources, UserNsRequest};
 use crate::monitor::{Identity, NamespacePins};
 use crate::network::{Attachment, CniResult, NetworkList};
 
@@ -82,6 +82,13 @@ pub struct SandboxSpec {
     pub userns: Option<UserNsRequest>,
     pub sysctls: BTreeMap<String, String>,
     pub runtime_handler: String,
+    /// The sum of the pod's containers' limits and the runtime class's overhead, as kubelet
+    /// gave them at RunPodSandbox and last at UpdatePodSandboxResources: kubelet sizes the pod
+    /// cgroup itself; NRI plugins are told them.
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub overhead: Resources,
 }
 
 impl SandboxSpec {

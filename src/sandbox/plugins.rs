@@ -1,6 +1,7 @@
 //! A pod as NRI plugins are told about it (`crate::nri`), from its record.
 
 use super::model::SandboxRecord;
+use crate::model::Resources;
 use crate::nri::PodInfo;
 
 pub fn pod_info(record: &SandboxRecord) -> PodInfo {
@@ -37,5 +38,22 @@ pub fn pod_info(record: &SandboxRecord) -> PodInfo {
             .map(|r| r.ips.iter().map(|ip| ip.to_string()).collect())
             .unwrap_or_default(),
         namespaces,
+        resources: limits(&record.spec.resources),
+        overhead: limits(&record.spec.overhead),
     }
+}
+
+/// Figures kubelet gave as OCI resources (none given: `None`). They describe the pod to
+/// plugins; the host's controllers do not matter here.
+fn limits(r: &Resources) -> Option<oci_spec::runtime::LinuxResources> {
+    if *r == Resources::default() {
+        return None;
+    }
+    let any_host = crate::oci::HostFeatures {
+        cgroup_v2: true,
+        swap_limit: true,
+        hugetlb: true,
+        ..Default::default()
+    };
+    crate::oci::container_resources(r, &any_host).ok()
 }

@@ -4,10 +4,15 @@
 //!
 //! With the systemd driver crust has no cgroup of its own around the pod: the pod's cgroup is
 //! the slice kubelet made and sizes itself (crust's scopes sit in it side by side), so there
-//! is nothing of crust's to change and the request only checks the pod.
+//! is nothing of crust's to change there.
+//!
+//! NRI plugins hear UpdatePodSandbox before the cgroup changes (an error fails the request, as
+//! in containerd 2.3) and PostUpdatePodSandbox after; the record keeps the new figures, which
+//! plugins see in the pod from then on.
 
 use std::sync::Arc;
 
+use super::model::SandboxRecord;
 use super::{SandboxError, Sandboxes};
 use crate::config::CgroupDriver;
 use crate::model::Resources;
@@ -31,19 +36,34 @@ impl Sandboxes {
             let cgroups = me.ctx.cgroups.clone();
             let linux = crate::oci::pod_resources(&resources, &overhead, cgroups.unified)
                 .map_err(|e| SandboxError::Invalid(e.to_string()))?;
+            let mut updated = SandboxRecord::clone(&record);
+            updated.spec.resources = resources.clone();
+            updated.spec.overhead = overhead.clone();
+            let nri = me.ctx.nri.clone();
+            nri.update_pod(&super::plugins::pod_info(&updated))
+                .await
+                .map_err(|source| SandboxError::Nri {
+                    id: held.id.clone(),
+                    source,
+                })?;
             if cgroups.driver == CgroupDriver::Systemd {
                 tracing::info!("pod resources are kubelet's slice's with the systemd driver");
-                return Ok(());
+            } else {
+                let path = record.cgroup.clone();
+                tokio::task::spawn_blocking(move || cgroups.apply(&path, &linux))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                    .map_err(|error| SandboxError::Resources {
+                        id: held.id.clone(),
+                        error,
+                    })?;
             }
-            let path = record.cgroup.clone();
-            tokio::task::spawn_blocking(move || cgroups.apply(&path, &linux))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map_err(|error| SandboxError::Resources {
-                    id: held.id.clone(),
-                    error,
-                })?;
+            me.commit(&held.entry, |r| {
+                r.spec.resources = resources;
+                r.spec.overhead = overhead;
+            })?;
+            nri.post_update_pod(&held.id).await;
             tracing::info!("pod resources updated");
             Ok(())
         })

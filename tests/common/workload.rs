@@ -20,6 +20,33 @@ const APPLETS: [&str; 29] = [
     "tr", "true", "umount", "unshare", "wc", "yes",
 ];
 
+/// kubelet 1.37's masked paths for `procMount: Default` (`DefaultProcMountMaskedPaths`, but
+/// the per-CPU thermal_throttle directories it adds where the node has them): kubelet sends
+/// them with every container that is not privileged.
+pub const KUBELET_MASKED_PATHS: [&str; 12] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/interrupts",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// kubelet's read-only paths for `procMount: Default`.
+pub const KUBELET_READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// The test image: busybox, an /etc/group with memberships, a user with a home, /tmp 1777.
 pub fn test_image_layer() -> Vec<Node> {
     let mut nodes: Vec<Node> = busybox_layer()
@@ -133,8 +160,10 @@ impl Env {
         (id, config)
     }
 
-    /// A container config running `cmd` in the test image, logging to `<name>.log`.
+    /// A container config running `cmd` in the test image, logging to `<name>.log`, with the
+    /// masked and read-only paths kubelet sends for `procMount: Default`.
     pub fn config(&self, name: &str, cmd: &[&str]) -> pb::ContainerConfig {
+        let strings = |list: &[&str]| list.iter().map(|p| p.to_string()).collect();
         pb::ContainerConfig {
             metadata: Some(pb::ContainerMetadata {
                 name: name.into(),
@@ -152,6 +181,8 @@ impl Env {
                         pid: pb::NamespaceMode::Container as i32,
                         ..Default::default()
                     }),
+                    masked_paths: strings(&KUBELET_MASKED_PATHS),
+                    readonly_paths: strings(&KUBELET_READONLY_PATHS),
                     ..Default::default()
                 }),
                 ..Default::default()

@@ -38,6 +38,8 @@ pub fn detect(cgroup_v2: bool, layers_dir: &Path, state_dir: &Path) -> HostFeatu
         hugetlb: hugetlb(cgroup_v2),
         // Decided for each container, once crust's profile is known to be loaded.
         apparmor_default_profile: None,
+        // The daemon sets them from its configuration.
+        default_ulimits: Vec::new(),
     }
 }
 

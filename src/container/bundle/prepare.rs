@@ -63,7 +63,7 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
         host.cgroup_v1_binds = cgroup_v1_binds(&ctx.cgroups, inputs.cgroup);
     }
     host.apparmor_default_profile = inputs.apparmor_default.clone();
-    let devices = resolve_devices(spec)?;
+    let devices = resolve_devices(spec, ctx.device_ownership_from_security_context)?;
     let seccomp = match &spec.security.seccomp {
         Some(crate::model::Profile::Localhost(path)) => Some(load_seccomp(path)?),
         _ => None,
@@ -87,6 +87,11 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     // After the spec is whole: CDI edits replace what they name (a device node, a mount, an
     // env variable) and see the resolved user, whom unowned device nodes go to.
     crate::cdi::apply(inputs.cdi, &mut built)?;
+    // Then the node's OCI hook files, which match on the spec as built (annotations, command).
+    let hooks = crate::hooks::apply(&ctx.hooks_dirs, &mut built, !spec.mounts.is_empty());
+    if !hooks.is_empty() {
+        tracing::info!(files = ?hooks, "OCI hooks added from hooks_dir");
+    }
     let stop_signal = oci::stop_signal(&spec.stop_signal, &config.stop_signal)?;
     make_volume_dirs(inputs.rootfs, config.volumes.keys(), &mounts);
     Ok(Prepared {
@@ -285,14 +290,32 @@ fn cgroup_v1_binds(
     out
 }
 
-/// The request's devices, and for a privileged container every device of the host.
-fn resolve_devices(spec: &ContainerSpec) -> Result<Vec<DeviceNode>, ContainerError> {
+/// The request's devices, and for a privileged container every device of the host. With
+/// `owner_from_context` (`device_ownership_from_security_context`), the request's devices
+/// belong to the run_as_user and run_as_group the request names, where not root, instead of
+/// the host node's owner, as containerd's and CRI-O's option has it: a non-root pod can then
+/// open the raw block volume (`root:disk 0660` on the host) it was given.
+fn resolve_devices(
+    spec: &ContainerSpec,
+    owner_from_context: bool,
+) -> Result<Vec<DeviceNode>, ContainerError> {
     let mut out = Vec::new();
+    let from_context = |id: Option<i64>| {
+        id.filter(|_| owner_from_context)
+            .and_then(|id| u32::try_from(id).ok())
+            .filter(|id| *id != 0)
+    };
+    let (uid, gid) = (
+        from_context(spec.security.run_as_user),
+        from_context(spec.security.run_as_group),
+    );
     for d in &spec.devices {
-        let node = device_node(Path::new(&d.host_path), &d.container_path, &d.permissions)
+        let mut node = device_node(Path::new(&d.host_path), &d.container_path, &d.permissions)
             .map_err(|e| {
                 ContainerError::Invalid(format!("device host_path {:?}: {e}", d.host_path))
             })?;
+        node.uid = uid.unwrap_or(node.uid);
+        node.gid = gid.unwrap_or(node.gid);
         out.push(node);
     }
     if spec.security.privileged {

@@ -8,8 +8,9 @@ use crate::cri::pb;
 use crate::cri::status::invalid;
 use crate::model::NamespaceMode;
 use crate::model::{
-    Capabilities, ContainerMetadata, ContainerSpec, DeviceSpec, HugepageLimit, MountSpec, Profile,
-    Propagation, Resources, SecurityContext, SelinuxOptions, SupplementalGroupsPolicy,
+    BindOption, Capabilities, ContainerMetadata, ContainerSpec, DeviceSpec, HugepageLimit,
+    MountSpec, Profile, Propagation, Resources, SecurityContext, SelinuxOptions,
+    SupplementalGroupsPolicy,
 };
 
 pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSpec, Status> {
@@ -35,14 +36,11 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
         envs: config
             .envs
             .into_iter()
-            .map(|kv| match String::from_utf8(kv.value) {
-                Ok(value) => Ok((kv.key, value)),
-                Err(_) => Err(invalid(format!(
-                    "envs: the value of {:?} is not UTF-8, which an OCI spec cannot carry",
-                    kv.key
-                ))),
+            .map(|kv| {
+                let value = env_value(&kv.key, kv.value);
+                (kv.key, value)
             })
-            .collect::<Result<_, Status>>()?,
+            .collect(),
         mounts,
         devices: config
             .devices
@@ -66,15 +64,52 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
     })
 }
 
+/// An env value as containerd passes it on. CRI carries values as bytes since kubelet lets a
+/// Secret's binary data be one (kubernetes#139132); containerd takes them as a Go string and its
+/// spec travels as JSON, whose encoder replaces each byte that does not start a valid UTF-8
+/// sequence with U+FFFD. The container starts with that value, as it does under containerd,
+/// rather than failing CreateContainer (an OCI spec cannot carry other bytes).
+fn env_value(key: &str, bytes: Vec<u8>) -> String {
+    let bytes = match String::from_utf8(bytes) {
+        Ok(value) => return value,
+        Err(e) => e.into_bytes(),
+    };
+    let mut out = String::with_capacity(bytes.len() + 8);
+    let mut rest = &bytes[..];
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                out.push_str(valid);
+                break;
+            }
+            Err(e) => {
+                let (valid, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                // One replacement per byte, as Go's decoder skips one byte at a time (Rust's
+                // lossy conversion would replace a truncated sequence once).
+                rest = &bad[1..];
+            }
+        }
+    }
+    tracing::warn!(
+        env = key,
+        "the env value is not UTF-8: its invalid bytes became U+FFFD, as under containerd"
+    );
+    out
+}
+
 fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
-    if m.recursive_read_only && !m.readonly {
+    let (options, ro) = mount_options(&m.container_path, &m.mount_options)?;
+    let readonly = m.readonly || ro;
+    if m.recursive_read_only && !readonly {
         return Err(invalid(format!(
             "mount {}: recursive_read_only needs readonly too",
             m.container_path
         )));
     }
     let image = m.image.map(|i| i.image).filter(|i| !i.is_empty());
-    if image.is_some() && !m.readonly {
+    if image.is_some() && !readonly {
         return Err(invalid(format!(
             "mount {}: an image volume is read-only; set readonly",
             m.container_path
@@ -101,14 +136,44 @@ fn mount(m: pb::Mount) -> Result<MountSpec, Status> {
     Ok(MountSpec {
         container_path: m.container_path,
         host_path: m.host_path,
-        readonly: m.readonly,
+        readonly,
         recursive_readonly: m.recursive_read_only,
         selinux_relabel: m.selinux_relabel,
         propagation,
         image,
         image_sub_path: m.image_sub_path,
         id_maps: id_maps.transpose()?,
+        options,
     })
+}
+
+/// A mount's `mount_options` (kubelet's `bindMountOptions`): the flags crust applies, and
+/// whether `ro` was among them. Anything else is refused rather than dropped: `noexec` and its
+/// kin are security requests, and a mount without them is not what was asked for.
+fn mount_options(at: &str, names: &[String]) -> Result<(Vec<BindOption>, bool), Status> {
+    let mut options = Vec::new();
+    let mut readonly = false;
+    for name in names {
+        let option = match name.as_str() {
+            "noexec" => BindOption::NoExec,
+            "nosuid" => BindOption::NoSuid,
+            "nodev" => BindOption::NoDev,
+            "ro" => {
+                readonly = true;
+                continue;
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "mount {at}: mount option {name:?} is not supported (crust applies noexec, \
+                     nosuid, nodev and ro)"
+                )));
+            }
+        };
+        if !options.contains(&option) {
+            options.push(option);
+        }
+    }
+    Ok((options, readonly))
 }
 
 pub fn resources(r: pb::LinuxContainerResources) -> Resources {
@@ -394,6 +459,7 @@ pub fn container_status(r: &ContainerRecord) -> pb::ContainerStatus {
                     ..Default::default()
                 }),
                 image_sub_path: m.image_sub_path.clone(),
+                mount_options: m.options.iter().map(|o| o.name().to_owned()).collect(),
                 ..Default::default()
             })
             .collect(),
@@ -447,6 +513,22 @@ pub fn event(e: &crate::container::ContainerEvent) -> pb::ContainerEventResponse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_values_that_are_not_utf8_become_what_containerd_passes() {
+        let table: [(&[u8], &str); 5] = [
+            (b"plain", "plain"),
+            ("caf\u{e9}".as_bytes(), "caf\u{e9}"),
+            (b"\xffab", "\u{fffd}ab"),
+            // A truncated three-byte sequence: one U+FFFD per byte, as Go's JSON encoder.
+            (b"a\xe2\x82", "a\u{fffd}\u{fffd}"),
+            // An encoded surrogate is not UTF-8 either.
+            (b"\xed\xa0\x80z", "\u{fffd}\u{fffd}\u{fffd}z"),
+        ];
+        for (bytes, want) in table {
+            assert_eq!(env_value("K", bytes.to_vec()), want, "{bytes:?}");
+        }
+    }
 
     #[test]
     fn stop_signals_round_trip() {

@@ -62,6 +62,8 @@ pub fn sandbox_spec(
         userns: ns.userns_options.map(userns).transpose()?,
         sysctls: linux.sysctls.into_iter().collect(),
         runtime_handler: handler,
+        resources: linux.resources.map(super::resources).unwrap_or_default(),
+        overhead: linux.overhead.map(super::resources).unwrap_or_default(),
     })
 }
 
