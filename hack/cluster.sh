@@ -1,0 +1,53 @@
+#!/bin/bash
+# Brings crust's test cluster up, shows it, checks it, takes it down (docs/cluster.md): a
+# control-plane node and two workers on this machine, each node a network namespace with its
+# own crust, kubelet and kube-proxy. The work is done by a small Go program, hack/cluster/;
+# this only builds what it needs and passes the paths on.
+#
+# Usage: hack/cluster.sh up|down|status|smoke [harness flags, e.g. --workers 2 --retain]
+#   up      builds (or reuses) the binaries, starts the offline registry, brings the cluster up;
+#           the last line it prints is KUBECONFIG=<path>, with kubectl beside that file
+#   down    ends every process of the cluster and removes all it made (found by name)
+#   status  what of the cluster runs; fails unless all of it does
+#   smoke   pods on two workers reach each other by pod IP, Service and DNS name
+# Env: CLUSTER_NAME (default local), CRUST_BIN (default target/release/crust),
+#      OFFLINE_REGISTRY (default ../shared/tools/offline-registry.sh)
+set -euo pipefail
+shopt -s inherit_errexit
+top=$(cd "$(dirname "$0")/.." && pwd)
+fail() { echo "cluster.sh: FAILED: $*" >&2; exit 1; }
+
+[ $# -ge 1 ] || fail "usage: $0 up|down|status|smoke [flags]"
+cmd=$1
+shift
+[ "$(id -u)" = 0 ] || fail "run as root (network namespaces, cgroups, mounts)"
+for t in go ip nsenter iptables skopeo; do
+  command -v "$t" >/dev/null || fail "$t is missing (hack/install-deps.sh test installs it)"
+done
+
+# The harness itself: the standard library only, built in seconds into target/.
+harness=$top/target/hack/cluster
+(cd "$top/hack/cluster" && go build -o "$harness" .) || fail "building hack/cluster"
+
+flags=(--name "${CLUSTER_NAME:-local}")
+case $cmd in
+  up)
+    tools=$("$top/hack/build-tools.sh" cluster | tail -1) || fail "could not build the cluster's binaries"
+    coredns=$("$top/hack/build-tools.sh" coredns | tail -1) || fail "could not build coredns"
+    flags+=(--tools "$tools" --coredns "$coredns")
+    ;;
+  status|smoke) # the binaries up used (kubectl), not built again
+    flags+=(--tools "$("$top/hack/build-tools.sh" --dir cluster)")
+    flags+=(--coredns "$("$top/hack/build-tools.sh" --dir coredns)")
+    ;;
+esac
+if [ "$cmd" = up ]; then
+  crust=${CRUST_BIN:-$top/target/release/crust}
+  [ -x "$crust" ] || fail "crust not found at $crust (cargo build --release --bins)"
+  registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
+  [ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
+  OFFLINE_REGISTRY_EXTRA=$top/e2e-node-config/offline-images.txt bash "$registry" start ||
+    fail "the offline registry did not start ($registry)"
+  flags+=(--crust "$crust")
+fi
+exec "$harness" "${flags[@]}" "$@" "$cmd"
