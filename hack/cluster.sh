@@ -4,12 +4,14 @@
 # own crust, kubelet and kube-proxy. The work is done by a small Go program, hack/cluster/;
 # this only builds what it needs and passes the paths on.
 #
-# Usage: hack/cluster.sh up|down|status|smoke [harness flags, e.g. --workers 2 --retain]
+# Usage: hack/cluster.sh up|down|status|smoke|e2e [harness flags, e.g. --workers 2 --retain]
 #   up      builds (or reuses) the binaries, starts the offline registry, brings the cluster up;
 #           the last line it prints is KUBECONFIG=<path>, with kubectl beside that file
 #   down    ends every process of the cluster and removes all it made (found by name)
 #   status  what of the cluster runs; fails unless all of it does
 #   smoke   pods on two workers reach each other by pod IP, Service and DNS name
+#   e2e     the conformance suite against the cluster that is up (--focus, --procs; the
+#           report in /var/lib/crust-cluster-reports/<name>)
 # Env: CLUSTER_NAME (default local), CRUST_BIN (default target/release/crust),
 #      OFFLINE_REGISTRY (default ../shared/tools/offline-registry.sh)
 set -euo pipefail
@@ -17,7 +19,7 @@ shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "cluster.sh: FAILED: $*" >&2; exit 1; }
 
-[ $# -ge 1 ] || fail "usage: $0 up|down|status|smoke [flags]"
+[ $# -ge 1 ] || fail "usage: $0 up|down|status|smoke|e2e [flags]"
 cmd=$1
 shift
 [ "$(id -u)" = 0 ] || fail "run as root (network namespaces, cgroups, mounts)"
@@ -36,7 +38,7 @@ case $cmd in
     coredns=$("$top/hack/build-tools.sh" coredns | tail -1) || fail "could not build coredns"
     flags+=(--tools "$tools" --coredns "$coredns")
     ;;
-  status|smoke) # the binaries up used (kubectl), not built again
+  status|smoke|e2e) # the binaries up used, not built again
     flags+=(--tools "$("$top/hack/build-tools.sh" --dir cluster)")
     flags+=(--coredns "$("$top/hack/build-tools.sh" --dir coredns)")
     ;;

@@ -3,7 +3,7 @@
 // kubelet and kube-proxy (docs/cluster.md). hack/cluster.sh builds it and passes the binaries'
 // directories.
 //
-//	cluster [flags] up|down|status|smoke
+//	cluster [flags] up|down|status|smoke|e2e
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -35,8 +36,13 @@ func cli(args []string) error {
 	coredns := fs.String("coredns", "", "directory of coredns (hack/build-tools.sh coredns); none: no DNS")
 	crust := fs.String("crust", "", "the crust binary")
 	retain := fs.Bool("retain", false, "up: leave a cluster that failed to come up as it is (for its logs)")
+	focus := fs.String("focus", `\[Conformance\]`, "e2e: the specs to run (ginkgo --focus)")
+	skip := fs.String("skip", "", "e2e: specs not to run (ginkgo --skip)")
+	procs := fs.Int("procs", 2, "e2e: ginkgo processes")
+	suiteTimeout := fs.Duration("suite-timeout", 3*time.Hour, "e2e: ginkgo's timeout")
+	reportDir := fs.String("report-dir", "", "e2e: where the report and logs go (default /var/lib/crust-cluster-reports/<name>)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: cluster [flags] up|down|status|smoke")
+		fmt.Fprintln(fs.Output(), "usage: cluster [flags] up|down|status|smoke|e2e")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +50,7 @@ func cli(args []string) error {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("one command: up, down, status or smoke")
+		return errors.New("one command: up, down, status, smoke or e2e")
 	}
 	c := DefaultCluster(*name)
 	c.Workers = *workers
@@ -96,6 +102,14 @@ func cli(args []string) error {
 		return Status(&c, b, k, os.Stdout)
 	case "smoke":
 		return Smoke(&c, k, os.Stdout)
+	case "e2e":
+		dir := *reportDir
+		if dir == "" {
+			dir = filepath.Join("/var/lib/crust-cluster-reports", c.Name)
+		}
+		return SuiteRun{Tools: *tools, Kubeconfig: c.Kubeconfig(), Workers: c.Workers,
+			DNSDomain: c.DNSDomain, Focus: *focus, Skip: *skip, Procs: *procs,
+			Timeout: *suiteTimeout, ReportDir: dir}.Run(os.Stdout)
 	default:
 		return fmt.Errorf("unknown command %q", cmd)
 	}
