@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Proc is one process of the cluster.
@@ -60,7 +61,31 @@ func (p Proc) Start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", p.Name, err)
 	}
-	return cmd.Process.Release()
+	// Started means the component runs (the same process, once enter and nsenter have
+	// exec'd), so that a later check that it still runs means something.
+	pid := cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ws syscall.WaitStatus
+		if wpid, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); wpid == pid {
+			return fmt.Errorf("%s of %s exited at once (%v); the end of %s:\n%s", p.Name, p.Node.Name,
+				exitText(ws), p.Log, p.LogTail(15))
+		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && exe == p.Argv[0] {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s of %s: not running %s after 10s", p.Name, p.Node.Name, p.Argv[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func exitText(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("status %d", ws.ExitStatus())
 }
 
 // Running tells whether a process of the component's binary is in its cgroup.
