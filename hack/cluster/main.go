@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -32,6 +33,7 @@ func cli(args []string) error {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	name := fs.String("name", "local", "the cluster's name (1 to 6 of a-z0-9)")
 	workers := fs.Int("workers", 2, "worker nodes besides the control-plane node")
+	subnet := fs.String("node-subnet", "172.30.40.0/24", "the nodes' /24 on the host bridge (one per cluster)")
 	tools := fs.String("tools", "", "directory of the Kubernetes binaries and etcd (hack/build-tools.sh cluster)")
 	coredns := fs.String("coredns", "", "directory of coredns (hack/build-tools.sh coredns); none: no DNS")
 	crust := fs.String("crust", "", "the crust binary")
@@ -45,7 +47,8 @@ func cli(args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: cluster [flags] up|down|status|smoke|e2e")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	var err error
+	if err = fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -54,6 +57,9 @@ func cli(args []string) error {
 	}
 	c := DefaultCluster(*name)
 	c.Workers = *workers
+	if c.NodeSubnet, err = netip.ParsePrefix(*subnet); err != nil {
+		return fmt.Errorf("--node-subnet: %w", err)
+	}
 	if err := c.Validate(); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 )
@@ -181,4 +183,24 @@ func TeardownNetwork(c *Cluster) error {
 func linkExists(name string) bool {
 	_, err := os.Stat("/sys/class/net/" + name)
 	return err == nil
+}
+
+// subnetFree fails when an address of the host is in the cluster's node subnet (another
+// cluster's bridge, most likely: give this one another --node-subnet).
+func subnetFree(c *Cluster) error {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, ifc := range ifaces {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && c.NodeSubnet.Contains(ip.Unmap()) {
+					return fmt.Errorf("%s has %s, in the node subnet %s (another cluster's? --node-subnet)", ifc.Name, ipn, c.NodeSubnet)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -90,6 +90,9 @@ func (u *Up) preflight() error {
 		return fmt.Errorf("cluster %s exists or was left behind (%s): take it down first (hack/cluster.sh down)",
 			u.C.Name, strings.Join(found, "; "))
 	}
+	if err := subnetFree(u.C); err != nil {
+		return err
+	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/v2/", u.C.RegistryPort)
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
 	if err != nil {
