@@ -22,7 +22,8 @@ type Up struct {
 
 	pki       *PKI
 	controlPl []Proc
-	nodeProcs []Proc
+	nodeProcs []Proc // crusts and kubelets, then kube-proxies once started
+	proxies   []Proc
 }
 
 type step struct {
@@ -38,6 +39,7 @@ func (u *Up) Run() error {
 		{"control plane", u.controlPlane},
 		{"nodes", u.nodes},
 		{"pod routes", u.routes},
+		{"kube-proxy", u.kubeProxy},
 		{"nodes ready", u.ready},
 		{"control-plane node", u.markControlPlane},
 		{"CoreDNS", u.coreDNS},
@@ -213,7 +215,8 @@ func (u *Up) nodes() error {
 		crust, kubelet, proxy := NodeProcs(n, u.B)
 		crusts, kubelets, proxies = append(crusts, crust), append(kubelets, kubelet), append(proxies, proxy)
 	}
-	u.nodeProcs = append(append(append([]Proc{}, crusts...), kubelets...), proxies...)
+	u.nodeProcs = append(append([]Proc{}, crusts...), kubelets...)
+	u.proxies = proxies
 	for i, n := range u.C.Nodes() {
 		if err := crusts[i].Start(); err != nil {
 			return err
@@ -225,7 +228,7 @@ func (u *Up) nodes() error {
 			return err
 		}
 	}
-	for _, p := range append(append([]Proc{}, kubelets...), proxies...) {
+	for _, p := range kubelets {
 		if err := p.Start(); err != nil {
 			return err
 		}
@@ -257,6 +260,31 @@ func (u *Up) routes() error {
 		cidrs[name] = n.PodCIDR
 	}
 	return RoutePodCIDRs(u.C.Nodes(), cidrs)
+}
+
+// kubeProxy starts each node's kube-proxy once its Node exists (kube-proxy takes the node's
+// address from it, and falls back to 127.0.0.1 when it finds none), as local-up-cluster.sh does.
+func (u *Up) kubeProxy() error {
+	for _, p := range u.proxies {
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	u.nodeProcs = append(u.nodeProcs, u.proxies...)
+	for _, p := range u.proxies {
+		n := p.Node
+		err := waitFor("kube-proxy of "+n.Name+" healthy", time.Minute, func() (bool, string, error) {
+			code, body, err := getIn(n, "http://127.0.0.1:10256/healthz")
+			if err != nil {
+				return false, err.Error(), alive(p)
+			}
+			return code == 200, fmt.Sprintf("%d %s", code, body), alive(p)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (u *Up) ready() error {
