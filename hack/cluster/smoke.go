@@ -82,7 +82,8 @@ func Smoke(c *Cluster, k Kube, out io.Writer) error {
 		return k.Run("-n", smokeNS, "get", "service", svc, "-o", "jsonpath={.spec.clusterIP}")
 	}
 	fetch := func(from, url, want string) error {
-		body, err := k.Run("-n", smokeNS, "exec", from, "--", "wget", "-qO-", "-T", "10", url)
+		// (Debian's busybox 1.35 wget crashes on its own -T: busybox's timeout bounds it)
+		body, err := k.Run("-n", smokeNS, "exec", from, "--", "timeout", "10", "wget", "-qO-", url)
 		if err != nil {
 			return err
 		}
