@@ -10,8 +10,9 @@
 #               services mode looks for it there)
 #   cluster     kube-apiserver, kube-controller-manager,     hack/tools/cluster/go.mod
 #               kube-scheduler, kube-proxy, kubelet, kubectl,
-#               e2e.test, ginkgo, etcd (the test cluster of
-#               hack/cluster.sh and its conformance suite)
+#               e2e.test, ginkgo, agnhost, etcd (the test
+#               cluster of hack/cluster.sh and its
+#               conformance suite)
 #   coredns     coredns (the cluster's DNS addon, only the   hack/tools/coredns/go.mod
 #               plugins its Corefile uses)
 # The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
@@ -56,7 +57,7 @@ binaries() {
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     e2e-node) echo e2e_node.test ginkgo agnhost kubelet ;;
     cluster) echo kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl \
-      etcd ginkgo e2e.test ;;
+      etcd ginkgo agnhost e2e.test ;;
     coredns) echo coredns ;;
   esac
 }
@@ -117,7 +118,8 @@ build_into() { # name outdir version
     cluster)
       # Every Kubernetes binary carries the same version stamp (kubectl version, the nodes'
       # kubeletVersion and the suite's header show it); the suite last, as it takes longest.
-      # etcd is the release its own go.mod names (its version is a constant of its api module).
+      # etcd is the release its own go.mod names (its version is a constant of its api module);
+      # agnhost static, as its image has no libc of its own.
       local ld cmd
       ld=$(k8s_ldflags "$v")
       for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do
@@ -125,6 +127,8 @@ build_into() { # name outdir version
       done
       go build -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3 || return
       go build -trimpath -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo || return
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/agnhost" \
+        k8s.io/kubernetes/test/images/agnhost || return
       go test -c -trimpath -ldflags "$ld" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
       ;;
     coredns)

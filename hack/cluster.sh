@@ -5,7 +5,8 @@
 # this only builds what it needs and passes the paths on.
 #
 # Usage: hack/cluster.sh up|down|status|smoke|e2e [harness flags, e.g. --workers 2 --retain]
-#   up      builds (or reuses) the binaries, starts the offline registry, brings the cluster up;
+#   up      builds (or reuses) the binaries, starts the offline registry with the suite's
+#           stand-in images (hack/e2e-node-images.sh), brings the cluster up;
 #           the last line it prints is KUBECONFIG=<path>, with kubectl beside that file
 #   down    ends every process of the cluster and removes all it made (found by name)
 #   status  what of the cluster runs; fails unless all of it does
@@ -14,6 +15,8 @@
 #           report in /var/lib/crust-cluster-reports/<name>)
 # Env: CLUSTER_NAME (default local), CRUST_BIN (default target/release/crust),
 #      OFFLINE_REGISTRY (default ../shared/tools/offline-registry.sh)
+# Leaves on disk: the binaries in /var/cache/crust-tools, the images' build cache in
+# /var/lib/crust-cluster-images, the registry's data (its own directory).
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,10 +49,10 @@ esac
 if [ "$cmd" = up ]; then
   crust=${CRUST_BIN:-$top/target/release/crust}
   [ -x "$crust" ] || fail "crust not found at $crust (cargo build --release --bins)"
-  registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
-  [ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
-  OFFLINE_REGISTRY_EXTRA=$top/e2e-node-config/offline-images.txt bash "$registry" start ||
-    fail "the offline registry did not start ($registry)"
+  # The offline registry with the suite's stand-ins (busybox, agnhost built above, nginx,
+  # pause, ...), as make e2e-node has them, in a work directory of the cluster's own.
+  E2E_IMAGES_WORK=/var/lib/crust-cluster-images "$top/hack/e2e-node-images.sh" "$tools/agnhost" ||
+    fail "the offline registry or its stand-in images (hack/e2e-node-images.sh)"
   flags+=(--crust "$crust")
 fi
 exec "$harness" "${flags[@]}" "$@" "$cmd"
