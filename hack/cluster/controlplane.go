@@ -1,13 +1,15 @@
 package main
 
 // The control plane, laid out as kubeadm lays it out (its certificates in pki/, a kubeconfig
-// per component, the flags kubeadm's static pod manifests give), run on the control-plane node:
+// per component, the flags kubeadm's static pod manifests give), run on the control-plane node,
 // in its network namespace, so the API server is at that node's address and reaches Services
-// through that node's kube-proxy, as a kubeadm API server does. They are host processes, not
-// static pods of that node's crust (see docs/cluster.md).
+// through that node's kube-proxy, as a kubeadm API server does. Either as static pods of
+// node-0's kubelet on node-0's crust, as kubeadm runs it (the default), or as host processes
+// (--control-plane=host: no images, plain log files).
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -109,4 +111,84 @@ func WriteControlPlaneFiles(c *Cluster, p *PKI) error {
 		return err
 	}
 	return writeFile(c.cp("scheduler.yaml"), b, 0o644)
+}
+
+// ControlPlaneImages are the images the static pods name, as kubeadm v1.37.2 names them.
+var ControlPlaneImages = map[string]string{
+	"etcd":                    "registry.k8s.io/etcd:3.7.0-0",
+	"kube-apiserver":          "registry.k8s.io/kube-apiserver:v1.37.2",
+	"kube-controller-manager": "registry.k8s.io/kube-controller-manager:v1.37.2",
+	"kube-scheduler":          "registry.k8s.io/kube-scheduler:v1.37.2",
+}
+
+// StaticPod is one control-plane component as a static pod.
+type StaticPod struct {
+	Name, Image string
+	Command     []string
+	Mounts      []StaticMount
+}
+
+type StaticMount struct {
+	Name, Path string
+	ReadOnly   bool
+}
+
+// StaticPods turns the control plane's processes into static pods: the same flags, the binary
+// where its image has it, the directories the flags name mounted at the same paths.
+func StaticPods(c *Cluster, b Binaries) []StaticPod {
+	var pods []StaticPod
+	for _, p := range ControlPlaneProcs(c, b) {
+		mounts := []StaticMount{{"pki", c.PKIDir(), true}, {"control-plane", c.ControlPlaneDir(), true}}
+		if p.Name == "etcd" {
+			mounts = []StaticMount{{"etcd-data", c.EtcdDir(), false}}
+		}
+		pods = append(pods, StaticPod{Name: p.Name, Image: ControlPlaneImages[p.Name],
+			Command: append([]string{"/usr/local/bin/" + p.Name}, p.Argv[1:]...), Mounts: mounts})
+	}
+	return pods
+}
+
+func (c *Cluster) StaticPodManifest(name string) string {
+	return filepath.Join(c.Node(0).StaticPodDir(), name+".yaml")
+}
+
+// StaticPodProc is the component's process as the harness looks for it: its binary, in
+// node-0's pods' cgroups; its log, kubelet's log of the container.
+func StaticPodProc(c *Cluster, name string) Proc {
+	n := c.Node(0)
+	return Proc{Name: name, Node: n, Argv: []string{"/usr/local/bin/" + name},
+		Cgroup: n.CgroupRoot() + "/kubepods",
+		Log:    filepath.Join(n.PodLogsDir(), "kube-system_"+name+"-"+n.Name+"_*", name, "*.log")}
+}
+
+// WriteStaticPods renders the control plane's static pods into node-0's manifest directory.
+func WriteStaticPods(c *Cluster, b Binaries) error {
+	for _, p := range StaticPods(c, b) {
+		y, err := render("static-pod.yaml", p)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(c.StaticPodManifest(p.Name), y, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UsesStaticPods tells whether the cluster's control plane runs as static pods (its manifests
+// are there).
+func UsesStaticPods(c *Cluster) bool {
+	_, err := os.Stat(c.StaticPodManifest("kube-apiserver"))
+	return err == nil
+}
+
+// ControlPlane lists the control plane's processes as the harness checks them.
+func ControlPlane(c *Cluster, b Binaries) []Proc {
+	procs := ControlPlaneProcs(c, b)
+	if UsesStaticPods(c) {
+		for i, p := range procs {
+			procs[i] = StaticPodProc(c, p.Name)
+		}
+	}
+	return procs
 }

@@ -37,6 +37,7 @@ func cli(args []string) error {
 	tools := fs.String("tools", "", "directory of the Kubernetes binaries and etcd (hack/build-tools.sh cluster)")
 	coredns := fs.String("coredns", "", "directory of coredns (hack/build-tools.sh coredns); none: no DNS")
 	crust := fs.String("crust", "", "the crust binary")
+	controlPlane := fs.String("control-plane", "static", "up: the control plane as static pods of node-0 (static) or host processes in node-0's network namespace (host)")
 	retain := fs.Bool("retain", false, "up: leave a cluster that failed to come up as it is (for its logs)")
 	focus := fs.String("focus", `\[Conformance\]`, "e2e: the specs to run (ginkgo --focus)")
 	skip := fs.String("skip", "", "e2e: specs not to run (ginkgo --skip)")
@@ -78,7 +79,10 @@ func cli(args []string) error {
 		if *tools == "" || *crust == "" {
 			return errors.New("up needs --tools and --crust")
 		}
-		u := &Up{C: &c, B: b, K: k, Out: os.Stdout}
+		if *controlPlane != "static" && *controlPlane != "host" {
+			return fmt.Errorf("--control-plane is static or host, not %q", *controlPlane)
+		}
+		u := &Up{C: &c, B: b, K: k, Out: os.Stdout, StaticControlPlane: *controlPlane == "static"}
 		if err := u.Run(); err != nil {
 			if *retain {
 				return fmt.Errorf("%w\n(the cluster is left as it is: --retain; logs in %s)", err, c.LogDir())

@@ -102,7 +102,15 @@ func (p Proc) Running() bool {
 // LogTail is the end of the process's log, for an error message.
 func (p Proc) LogTail(lines int) string { return tail(p.Log, lines) }
 
+// tail is the end of a file; a pattern names the last file it matches.
 func tail(path string, lines int) string {
+	if strings.Contains(path, "*") {
+		matches, _ := filepath.Glob(path)
+		if len(matches) == 0 {
+			return fmt.Sprintf("(no log matches %s yet)", path)
+		}
+		path = matches[len(matches)-1]
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)

@@ -190,3 +190,35 @@ func TestUnescapeMount(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestStaticPods(t *testing.T) {
+	c := testCluster(t)
+	pods := StaticPods(c, Binaries{ToolsDir: "/tools"})
+	if len(pods) != 4 {
+		t.Fatalf("%d static pods", len(pods))
+	}
+	for _, p := range pods {
+		b, err := render("static-pod.yaml", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := string(b)
+		wantLines(t, p.Name, y, "  name: "+p.Name, "  hostNetwork: true", "    image: "+ControlPlaneImages[p.Name],
+			`    - "/usr/local/bin/`+p.Name+`"`)
+		if strings.Contains(y, "/tools/") {
+			t.Errorf("%s names the host's binary:\n%s", p.Name, y)
+		}
+	}
+	api := string(must(render("static-pod.yaml", pods[1])))
+	wantLines(t, "kube-apiserver", api, `    - "--advertise-address=172.30.40.10"`,
+		"      path: /var/lib/crust-cluster/t1/pki", "      mountPath: /var/lib/crust-cluster/t1/pki")
+	etcd := string(must(render("static-pod.yaml", pods[0])))
+	wantLines(t, "etcd", etcd, "      path: /var/lib/crust-cluster/t1/etcd", "      readOnly: false")
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

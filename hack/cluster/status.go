@@ -17,7 +17,7 @@ func Status(c *Cluster, b Binaries, k Kube, out io.Writer) error {
 		fmt.Fprintf(out, "cluster %s: not up\n", c.Name)
 		return fmt.Errorf("cluster %s is not up", c.Name)
 	}
-	procs := ControlPlaneProcs(c, b)
+	procs := ControlPlane(c, b)
 	for _, n := range c.Nodes() {
 		crust, kubelet, proxy := NodeProcs(n, b)
 		procs = append(procs, crust, kubelet, proxy)

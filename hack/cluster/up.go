@@ -19,11 +19,14 @@ type Up struct {
 	B   Binaries
 	K   Kube
 	Out io.Writer
+	// StaticControlPlane runs the control plane as static pods of node-0 (else host processes).
+	StaticControlPlane bool
 
 	pki       *PKI
 	controlPl []Proc
 	nodeProcs []Proc // crusts and kubelets, then kube-proxies once started
 	proxies   []Proc
+	started   map[string]bool // nodes whose crust and kubelet run
 }
 
 type step struct {
@@ -36,6 +39,7 @@ func (u *Up) Run() error {
 		{"check the machine", u.preflight},
 		{"certificates and settings", u.files},
 		{"network", u.network},
+		{"images", u.images},
 		{"control plane", u.controlPlane},
 		{"nodes", u.nodes},
 		{"pod routes", u.routes},
@@ -140,6 +144,22 @@ func (u *Up) files() error {
 			return fmt.Errorf("%s: %w", n.Name, err)
 		}
 	}
+	if u.StaticControlPlane {
+		return WriteStaticPods(c, u.B)
+	}
+	return nil
+}
+
+// images pushes the control plane's images (for its static pods) to the offline registry.
+func (u *Up) images() error {
+	if !u.StaticControlPlane {
+		return nil
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if err := PushBinaryImage(u.C, ControlPlaneImages[name], u.B.Path(name)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -155,81 +175,115 @@ func (u *Up) network() error {
 	return nil
 }
 
+// controlPlane starts the control plane and waits for each component's health endpoint: as
+// host processes one after the other, or as static pods, which node-0's kubelet starts on
+// node-0's crust all at once (the kubelet then registers node-0 once the API server answers).
 func (u *Up) controlPlane() error {
 	c := u.C
 	n0 := c.Node(0)
-	u.controlPl = ControlPlaneProcs(c, u.B)
-	etcd, apiserver, kcm, scheduler := u.controlPl[0], u.controlPl[1], u.controlPl[2], u.controlPl[3]
-	if err := etcd.Start(); err != nil {
+	var etcd, apiserver, kcm, scheduler Proc
+	// What must keep running meanwhile: the component itself, or node-0's crust and kubelet.
+	var keep func(p ...Proc) []Proc
+	if u.StaticControlPlane {
+		if err := u.startNode(n0); err != nil {
+			return err
+		}
+		for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			u.controlPl = append(u.controlPl, StaticPodProc(c, name))
+		}
+		base := append([]Proc{}, u.nodeProcs...)
+		keep = func(...Proc) []Proc { return base }
+	} else {
+		u.controlPl = ControlPlaneProcs(c, u.B)
+		keep = func(p ...Proc) []Proc { return p }
+	}
+	etcd, apiserver, kcm, scheduler = u.controlPl[0], u.controlPl[1], u.controlPl[2], u.controlPl[3]
+	start := func(ps ...Proc) error {
+		if u.StaticControlPlane {
+			return nil
+		}
+		for _, p := range ps {
+			if err := p.Start(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	health := func(p Proc, url string, timeout time.Duration, ok func(int, string) bool) error {
+		return waitFor(p.Name+"'s "+url, timeout, func() (bool, string, error) {
+			code, body, err := getIn(n0, url)
+			if err != nil {
+				return false, err.Error() + "; the end of its log: " + p.LogTail(3), alive(keep(p)...)
+			}
+			return ok(code, body), fmt.Sprintf("%d %s", code, body), alive(keep(p)...)
+		})
+	}
+	if err := start(etcd); err != nil {
 		return err
 	}
-	err := waitFor("etcd's /health", time.Minute, func() (bool, string, error) {
-		code, body, err := getIn(n0, "http://127.0.0.1:2381/health")
-		if err != nil {
-			return false, err.Error(), alive(etcd)
-		}
-		return code == 200 && strings.Contains(body, `"true"`), fmt.Sprintf("%d %s", code, body), alive(etcd)
+	err := health(etcd, "http://127.0.0.1:2381/health", 2*time.Minute, func(code int, body string) bool {
+		return code == 200 && strings.Contains(body, `"true"`)
 	})
 	if err != nil {
 		return err
 	}
-	if err := apiserver.Start(); err != nil {
+	if err := start(apiserver); err != nil {
 		return err
 	}
 	err = waitFor("the API server's /readyz", 3*time.Minute, func() (bool, string, error) {
 		out, err := u.K.Run("get", "--raw=/readyz")
 		if err != nil {
-			return false, err.Error(), alive(etcd, apiserver)
+			return false, err.Error() + "; the end of its log: " + apiserver.LogTail(3), alive(keep(etcd, apiserver)...)
 		}
 		return strings.TrimSpace(out) == "ok", out, nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, p := range []Proc{kcm, scheduler} {
-		if err := p.Start(); err != nil {
-			return err
-		}
+	if err := start(kcm, scheduler); err != nil {
+		return err
 	}
 	for _, h := range []struct {
 		p   Proc
 		url string
 	}{{kcm, "https://127.0.0.1:10257/healthz"}, {scheduler, "https://127.0.0.1:10259/healthz"}} {
-		err := waitFor(h.p.Name+"'s /healthz", 2*time.Minute, func() (bool, string, error) {
-			code, body, err := getIn(n0, h.url)
-			if err != nil {
-				return false, err.Error(), alive(h.p)
-			}
-			return code == 200, fmt.Sprintf("%d %s", code, body), alive(h.p)
-		})
-		if err != nil {
+		if err := health(h.p, h.url, 2*time.Minute, func(code int, _ string) bool { return code == 200 }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// startNode starts a node's crust, waits until it answers, then starts its kubelet.
+func (u *Up) startNode(n *Node) error {
+	if u.started == nil {
+		u.started = map[string]bool{}
+	}
+	crust, kubelet, proxy := NodeProcs(n, u.B)
+	u.proxies = append(u.proxies, proxy)
+	if err := crust.Start(); err != nil {
+		return err
+	}
+	err := waitFor("crust of "+n.Name+" on "+n.CrustSocket(), time.Minute, func() (bool, string, error) {
+		return crustAnswers(n), "no answer on the socket", alive(crust)
+	})
+	if err != nil {
+		return err
+	}
+	if err := kubelet.Start(); err != nil {
+		return err
+	}
+	u.nodeProcs = append(u.nodeProcs, crust, kubelet)
+	u.started[n.Name] = true
+	return nil
+}
+
 func (u *Up) nodes() error {
-	var crusts, kubelets, proxies []Proc
 	for _, n := range u.C.Nodes() {
-		crust, kubelet, proxy := NodeProcs(n, u.B)
-		crusts, kubelets, proxies = append(crusts, crust), append(kubelets, kubelet), append(proxies, proxy)
-	}
-	u.nodeProcs = append(append([]Proc{}, crusts...), kubelets...)
-	u.proxies = proxies
-	for i, n := range u.C.Nodes() {
-		if err := crusts[i].Start(); err != nil {
-			return err
+		if u.started[n.Name] {
+			continue
 		}
-		err := waitFor("crust of "+n.Name+" on "+n.CrustSocket(), time.Minute, func() (bool, string, error) {
-			return crustAnswers(n), "no answer on the socket", alive(crusts[i])
-		})
-		if err != nil {
-			return err
-		}
-	}
-	for _, p := range kubelets {
-		if err := p.Start(); err != nil {
+		if err := u.startNode(n); err != nil {
 			return err
 		}
 	}
@@ -318,12 +372,26 @@ func (u *Up) markControlPlane() error {
 	if err != nil {
 		return err
 	}
+	tainted := false
 	for _, t := range nodes[n.Name].Taints {
-		if t == "node-role.kubernetes.io/control-plane:NoSchedule" {
-			return nil
-		}
+		tainted = tainted || t == "node-role.kubernetes.io/control-plane:NoSchedule"
 	}
-	return fmt.Errorf("%s registered without the control-plane taint (taints: %v)", n.Name, nodes[n.Name].Taints)
+	if !tainted {
+		return fmt.Errorf("%s registered without the control-plane taint (taints: %v)", n.Name, nodes[n.Name].Taints)
+	}
+	if !u.StaticControlPlane {
+		return nil
+	}
+	// The static pods' mirror pods, which kubelet creates once the API server has its system
+	// priority classes (at its next sync of those pods, up to a minute later).
+	return waitFor("the control plane's mirror pods Ready", 3*time.Minute, func() (bool, string, error) {
+		out, err := u.K.Run("-n", "kube-system", "get", "pods", "-l", "tier=control-plane", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return strings.Count(out, "=True") == 4, "mirror pods: " + out, alive(u.nodeProcs...)
+	})
 }
 
 func (u *Up) coreDNS() error {
