@@ -3,6 +3,9 @@
 # the cluster up, the suite against it, the logs kept, the cluster down, and the first failure
 # as the exit status. hack/cluster.sh does each step (its Go harness, hack/cluster/).
 #
+# A cluster of the same name (CLUSTER_NAME, default local) that is up already is taken down
+# first: it is what a killed run left, or one brought up by hand.
+#
 # Usage: hack/e2e-cluster.sh [harness flags]   e.g. --focus='\[sig-network\] DNS' --procs=2
 #   The focus defaults to `\[Conformance\]` (462 specs in v1.37.2, hours on two cores).
 # The report, the suite's output and every component's log stay in
