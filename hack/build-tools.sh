@@ -8,6 +8,13 @@
 #   e2e-node    e2e_node.test, ginkgo, agnhost, kubelet     hack/tools/e2e-node/go.mod
 #               (Kubernetes' node conformance suite; its kubelet beside it, as the suite's
 #               services mode looks for it there)
+#   cluster     kube-apiserver, kube-controller-manager,     hack/tools/cluster/go.mod
+#               kube-scheduler, kube-proxy, kubelet, kubectl,
+#               e2e.test, ginkgo, agnhost, etcd (the test
+#               cluster of hack/cluster.sh and its
+#               conformance suite)
+#   coredns     coredns (the cluster's DNS addon, only the   hack/tools/coredns/go.mod
+#               plugins its Corefile uses)
 # The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
 # A directory is reused while it holds every binary and was built from the same go.mod and
 # go.sum; otherwise it is built again (into a temporary directory, then renamed, under a lock,
@@ -30,13 +37,16 @@ module_dir() {
     kubelet) echo "$top/hack/tools/kubelet" ;;
     containerd) echo "$top/hack/tools/containerd" ;;
     e2e-node) echo "$top/hack/tools/e2e-node" ;;
-    *) die "unknown tool '$1' (cri-tools, kubelet, containerd or e2e-node)" ;;
+    cluster) echo "$top/hack/tools/cluster" ;;
+    coredns) echo "$top/hack/tools/coredns" ;;
+    *) die "unknown tool '$1' (cri-tools, kubelet, containerd, e2e-node, cluster or coredns)" ;;
   esac
 }
 main_module() {
   case $1 in
     cri-tools) echo sigs.k8s.io/cri-tools ;;
-    kubelet|e2e-node) echo k8s.io/kubernetes ;;
+    kubelet|e2e-node|cluster) echo k8s.io/kubernetes ;;
+    coredns) echo github.com/coredns/coredns ;;
     containerd) echo github.com/containerd/containerd/v2 ;;
   esac
 }
@@ -46,6 +56,9 @@ binaries() {
     kubelet) echo kubelet ;;
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     e2e-node) echo e2e_node.test ginkgo agnhost kubelet ;;
+    cluster) echo kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl \
+      etcd ginkgo agnhost e2e.test ;;
+    coredns) echo coredns ;;
   esac
 }
 
@@ -102,6 +115,26 @@ build_into() { # name outdir version
       CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/agnhost" \
         k8s.io/kubernetes/test/images/agnhost
       ;;
+    cluster)
+      # Every Kubernetes binary carries the same version stamp (kubectl version, the nodes'
+      # kubeletVersion and the suite's header show it); the suite last, as it takes longest.
+      # etcd is the release its own go.mod names (its version is a constant of its api module);
+      # agnhost static, as its image has no libc of its own.
+      local ld cmd
+      ld=$(k8s_ldflags "$v")
+      for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do
+        go build -trimpath -ldflags "$ld" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd" || return
+      done
+      go build -trimpath -o "$out/etcd" go.etcd.io/etcd/server/v3 || return
+      go build -trimpath -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo || return
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/agnhost" \
+        k8s.io/kubernetes/test/images/agnhost || return
+      go test -c -trimpath -ldflags "$ld" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
+      ;;
+    coredns)
+      # Static, as the image that carries it has no libc.
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/coredns" .
+      ;;
     containerd)
       # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
       # and a static shim without cgo or the gRPC server.
@@ -154,9 +187,10 @@ build() { # name
   echo "build-tools: $name $v built in $(( $(date +%s) - start ))s" >&2
 }
 
-[ $# -gt 0 ] || die "usage: $0 [--dir] cri-tools|kubelet|containerd|e2e-node..."
+usage="cri-tools|kubelet|containerd|e2e-node|cluster|coredns"
+[ $# -gt 0 ] || die "usage: $0 [--dir] $usage..."
 if [ "$1" = --dir ]; then
-  [ $# -eq 2 ] || die "usage: $0 --dir cri-tools|kubelet|containerd|e2e-node"
+  [ $# -eq 2 ] || die "usage: $0 --dir $usage"
   dir_of "$2"
   exit 0
 fi

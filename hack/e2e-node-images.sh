@@ -15,7 +15,8 @@
 #   the user user-defined-in-image (uid 1000) in group-defined-in-image (gid 50000), on a
 #   busybox base with the tools the suite runs inside it: sh, bash, Debian's curl and
 #   netcat-openbsd's nc (with the libraries they link), ipcs.
-#   The images built on agnhost (kitten, nautilus: CMD test-webserver) get a marker file each.
+#   The images built on agnhost (kitten, nautilus: CMD test-webserver; the previous agnhost,
+#   2.55, which the cluster suite uses) get a marker file each.
 # Every layer is a reproducible tar (fixed mtimes, sorted, numeric owners, gzip -n), pushed with
 # skopeo as a single-platform OCI index, like the registry script's own. A tag is pushed again
 # only when what it is built from changed (a stamp per tag under $E2E_IMAGES_WORK).
@@ -311,6 +312,13 @@ image "e2e-test-images/glibc-dns-testing:$glibc_dns_version" "base shell glibc-d
 agnhost_ports='{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}'
 image "e2e-test-images/agnhost:$agnhost_version" "base shell tools agnhost" '["/agnhost"]' \
   '["pause"]' "$agnhost_ports"
+# The previous agnhost, which the cluster suite's specs switch a workload to or from
+# (deployments, StatefulSets, kubectl diff): the same binary, and a marker file of its own so
+# that it is another image.
+agnhost_prev_version=$(version_of AgnhostPrev)
+[ -n "$agnhost_prev_version" ] || fail "no AgnhostPrev version in $manifest"
+image "e2e-test-images/agnhost:$agnhost_prev_version" "base shell tools agnhost f-agnhost-prev" \
+  '["/agnhost"]' '["pause"]' "$agnhost_ports"
 for i in Kitten Nautilus; do
   v=$(version_of "$i")
   [ -n "$v" ] || fail "no $i version in $manifest"

@@ -1,0 +1,61 @@
+package main
+
+// A node's processes and files: its crust, its kubelet and its kube-proxy, all configured from
+// the node's templates (render.go), all in the node's network namespace.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// NodeProcs lists the node's processes in the order they start.
+func NodeProcs(n *Node, b Binaries) (crust, kubelet, proxy Proc) {
+	crust = NodeProc(n, "crust", n.C.Crust(), "serve", "--config", n.CrustConfig())
+	kubelet = NodeProc(n, "kubelet", b.Path("kubelet"),
+		"--config="+n.KubeletConfig(),
+		"--kubeconfig="+n.KubeletKubeconfig(),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP.String(),
+		"--root-dir="+n.KubeletRoot(),
+		// kubelet reports the runtime's usage from this cgroup.
+		"--runtime-cgroups="+n.Cgroup("crust"),
+	)
+	proxy = NodeProc(n, "kube-proxy", b.Path("kube-proxy"), "--config="+n.KubeProxyConfig())
+	return crust, kubelet, proxy
+}
+
+// WriteNodeFiles writes the node's settings, certificates and kubeconfigs, and makes its
+// directories.
+func WriteNodeFiles(n *Node, p *PKI) error {
+	files, err := NodeFiles(n)
+	if err != nil {
+		return err
+	}
+	for path, b := range files {
+		if err := writeFile(path, b, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{n.CNIConfDir(), n.StaticPodDir(), n.KubeletRoot(), n.PodLogsDir(),
+		n.CrustRoot(), n.RunDir(), n.LogDir(), n.IPAMDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := makeCgroup(n.CgroupRoot()); err != nil {
+		return fmt.Errorf("cgroup root of %s: %w", n.Name, err)
+	}
+	return p.NodeCerts(n)
+}
+
+// crustAnswers tells whether crust accepts connections on its socket.
+func crustAnswers(n *Node) bool {
+	conn, err := net.DialTimeout("unix", n.CrustSocket(), time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
