@@ -277,6 +277,56 @@ async fn a_cpuset_only_update_keeps_the_limits_plugins_see() {
     e.end_pod(&pod.0).await;
 }
 
+/// A plugin that changes an UpdateContainerResources (its answer to UpdateContainer updates the
+/// container itself): what it set is what the cgroup gets and what the container's status
+/// shows, the rest of the request kept.
+#[tokio::test]
+async fn limits_a_plugin_changes_in_an_update_are_the_ones_recorded() {
+    let mut e = env("").await;
+    let limit: i64 = 48 << 20;
+    let resize = json!({"memory": {"limit": {"value": limit}}});
+    let _plugin = Plugin::connect(
+        &e.d.nri_socket(),
+        &e.d.dir,
+        "resizer",
+        "20",
+        &["-match", "resized", "-resize", &resize.to_string()],
+    );
+    let pod = e.pod("nri-resized").await;
+    let mut config = e.config("resized", &["sleep", "600"]);
+    config.linux.as_mut().unwrap().resources = Some(pb::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_shares: 512,
+        ..Default::default()
+    });
+    let id = e.run(&pod, config).await;
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 96 << 20,
+            cpu_shares: 256,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let cgroup = e.info(&id).await["cgroup"].as_str().unwrap().to_owned();
+    let mem = Daemon::cgroup_dir(&cgroup, "memory");
+    let file = if cgroup_v2() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    assert_eq!(read(&mem.join(file)), limit.to_string());
+    let linux = e.status(&id).await.resources.unwrap().linux.unwrap();
+    assert_eq!(
+        (linux.memory_limit_in_bytes, linux.cpu_shares),
+        (limit, 256)
+    );
+    e.end_pod(&pod.0).await;
+}
+
 /// UpdatePodSandboxResources (kubelet's in-place pod resize): plugins hear UpdatePodSandbox with
 /// the pod's new figures and its overhead before the pod's cgroup changes, and
 /// PostUpdatePodSandbox after, whose pod carries them; a plugin's error fails the resize with

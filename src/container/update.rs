@@ -3,7 +3,8 @@
 //! The request is what changes: its zero fields leave the cgroup's figures alone, and the record
 //! keeps them too (`Resources::updated_by`), as containerd and CRI-O merge an update into the
 //! container's spec. NRI plugins get the request itself, as containerd hands it to them, with
-//! the container's current limits beside it.
+//! the container's current limits beside it; what they change of it is what applies, and what
+//! the record keeps.
 
 use std::sync::Arc;
 
@@ -27,14 +28,20 @@ impl Containers {
                     what: "update its resources",
                 });
             }
-            let linux = crate::oci::container_resources(&resources, &me.ctx.host)?;
+            let requested = crate::oci::container_resources(&resources, &me.ctx.host)?;
             // NRI plugins may change the limits before they apply (or refuse them).
             let nri = me.sandboxes.context().nri.clone();
-            let linux = nri.update_container(&held.id, &linux).await?;
+            let linux = nri.update_container(&held.id, &requested).await?;
+            // The record keeps what applies: what plugins changed, over the request.
+            let figures = if linux == requested {
+                resources
+            } else {
+                resources.updated_by(&crate::oci::cri_resources(&linux))
+            };
             let (ctx, cgroup) = (me.ctx.clone(), record.cgroup.clone());
             super::blocking(move || ctx.cgroups.apply(&cgroup, &linux)).await?;
             held.entry.commit(&me.ctx, |r| {
-                r.spec.resources = r.spec.resources.updated_by(&resources)
+                r.spec.resources = r.spec.resources.updated_by(&figures)
             })?;
             nri.post_update(&held.id).await;
             tracing::info!("container resources updated");
