@@ -8,7 +8,7 @@
 #
 # Usage: hack/e2e-cluster.sh [harness flags]   e.g. --focus='\[sig-network\] DNS' --procs=2
 #   The focus defaults to `\[Conformance\]` (462 specs in v1.37.2, hours on two cores).
-# The report, the suite's output and every component's log stay in
+# The report, the suite's output and every component's log (the kube-system pods' too) stay in
 # /var/lib/crust-cluster-reports/<name> until the next run. It prints, last,
 # `e2e-cluster: N passed, N failed, N skipped` (skipped: specs the suite skipped by itself,
 # which fail the run as failures do).
@@ -19,10 +19,18 @@ name=${CLUSTER_NAME:-local}
 reports=/var/lib/crust-cluster-reports/$name
 
 save_logs() { # before the cluster goes: down removes them with it
-  [ -d "/var/lib/crust-cluster/$name/logs" ] || return 0
+  local base=/var/lib/crust-cluster/$name d n
+  [ -d "$base/logs" ] || return 0
   mkdir -p "$reports"
   rm -rf "$reports/logs"
-  cp -r "/var/lib/crust-cluster/$name/logs" "$reports/logs" || true
+  cp -r "$base/logs" "$reports/logs" || true
+  # and the kube-system pods' (the control plane's static pods, CoreDNS)
+  for d in "$base"/nodes/*/pod-logs/kube-system_*; do
+    [ -d "$d" ] || continue
+    n=$(basename "$(dirname "$(dirname "$d")")")
+    mkdir -p "$reports/logs/$n/pods"
+    cp -r "$d" "$reports/logs/$n/pods/" || true
+  done
 }
 trap 'save_logs; "$top/hack/cluster.sh" down; exit 130' INT TERM
 "$top/hack/cluster.sh" down >/dev/null 2>&1 || true   # what a killed run left

@@ -15,8 +15,9 @@
 #   the user user-defined-in-image (uid 1000) in group-defined-in-image (gid 50000), on a
 #   busybox base with the tools the suite runs inside it: sh, bash, Debian's curl and
 #   netcat-openbsd's nc (with the libraries they link), ipcs.
-#   The images built on agnhost (kitten, nautilus: CMD test-webserver; the previous agnhost,
-#   2.55, which the cluster suite uses) get a marker file each.
+#   The images built on agnhost (kitten, nautilus: CMD test-webserver, with the picture and
+#   data.json their Dockerfiles copy; the previous agnhost, 2.55, which the cluster suite uses)
+#   get a marker file each. agnhost's /etc/os-release says Alpine, its real base.
 # Every layer is a reproducible tar (fixed mtimes, sorted, numeric owners, gzip -n), pushed with
 # skopeo as a single-platform OCI index, like the registry script's own. A tag is pushed again
 # only when what it is built from changed (a stamp per tag under $E2E_IMAGES_WORK).
@@ -237,6 +238,20 @@ make_agnhost() {
   ln -s agnhost "$A/agnhost-2"
   install -m 644 "$k8s_dir/test/images/agnhost/porter/localhost.crt" "$A/localhost.crt"
   install -m 600 "$k8s_dir/test/images/agnhost/porter/localhost.key" "$A/localhost.key"
+  # agnhost's image is built on Alpine (its BASEIMAGE), and the ImageVolume spec reads the
+  # os-release of the kitten image built on it.
+  printf 'NAME="Alpine Linux"\nID=alpine\nVERSION_ID=3.21\nPRETTY_NAME="Alpine Linux v3.21 (stand-in: Debian busybox and libraries)"\n' \
+    > "$A/etc/os-release"
+}
+
+make_web_images() { # kitten, nautilus: the picture and data.json their Dockerfiles copy to /
+  local n
+  for n in kitten nautilus; do
+    mkdir -p "$L/f-$n"
+    : > "$L/f-$n/$n"
+    install -m 644 "$k8s_dir/test/images/$n/html/$n.jpg" "$k8s_dir/test/images/$n/html/data.json" \
+      "$L/f-$n/"
+  done
 }
 
 # --- OCI layout
@@ -302,6 +317,7 @@ make_shell
 make_tools
 make_glibc_dns
 make_agnhost
+make_web_images
 busybox_version=$(version_of BusyBox)
 [ -n "$busybox_version" ] || fail "no BusyBox version in $manifest"
 image "e2e-test-images/busybox:$busybox_version" "base shell" null '["sh"]'
