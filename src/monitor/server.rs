@@ -209,7 +209,7 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
             ok()
         }
         Request::Create(req) => workloads::create(monitor, *req).await,
-        Request::Start { id } => workloads::start(monitor, &id),
+        Request::Start { id } => workloads::start(monitor, &id).await,
         Request::Signal { id, signal, all } => workloads::signal(monitor, &id, signal, all),
         Request::Forget { id } => workloads::forget(monitor, &id).await,
         Request::ReopenLog { id } => workloads::reopen_log(monitor, &id),

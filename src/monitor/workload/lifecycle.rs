@@ -186,8 +186,8 @@ fn relay_outputs(
     Ok(relays)
 }
 
-pub fn start(monitor: &Monitor, id: &str) -> Reply {
-    let runtime_dir = {
+pub async fn start(monitor: &Monitor, id: &str) -> Reply {
+    let (runtime_dir, pid) = {
         let workloads = monitor.workloads.borrow();
         let Some(w) = workloads.get(id) else {
             return not_found(id);
@@ -204,11 +204,14 @@ pub fn start(monitor: &Monitor, id: &str) -> Reply {
         if w.started_at.is_some() {
             return err(Fault::State, format!("container {id} is already running"));
         }
-        w.req.runtime_root.join(id)
+        (w.req.runtime_root.join(id), w.pid)
     };
     let started = libcontainer::container::Container::load(runtime_dir).and_then(|mut c| c.start());
     if let Err(e) = started {
         return err(Fault::Failed, format!("starting container {id}: {e}"));
+    }
+    if let Some(pid) = pid {
+        left_crust(pid).await;
     }
     crate::failpoint!("monitor.start.after_start");
     let now = now_nanos();
@@ -216,6 +219,32 @@ pub fn start(monitor: &Monitor, id: &str) -> Reply {
         w.started_at = Some(now);
     }
     Reply::Started { started_at: now }
+}
+
+/// How long StartContainer waits for the container's process to run its own program: only a
+/// startContainer hook, which runs before that, takes longer.
+const EXEC_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until the container's process has left crust's code for its own program. libcontainer's
+/// start only tells the container's init to go on; until its execve that process is a copy of
+/// the monitor (crust's executable and command line) inside the container's PID namespace,
+/// where the container's own processes (and a debugging container's) would see it.
+async fn left_crust(pid: Pid) {
+    use std::os::unix::fs::MetadataExt;
+    let file = |path: String| std::fs::metadata(path).map(|m| (m.dev(), m.ino()));
+    let Ok(ours) = file("/proc/self/exe".into()) else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + EXEC_WAIT;
+    let mut pause = Duration::from_micros(100);
+    // An error (the process ended, or is a zombie) also means it runs crust's code no more.
+    while file(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == ours) {
+        if tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
 }
 
 pub fn signal(monitor: &Monitor, id: &str, signal: i32, all: bool) -> Reply {
