@@ -277,6 +277,40 @@ async fn a_cpuset_only_update_keeps_the_limits_plugins_see() {
     e.end_pod(&pod.0).await;
 }
 
+/// After a restart, a plugin is told the limits a container runs with, not those it was
+/// created with.
+#[tokio::test]
+async fn a_plugin_connecting_after_a_restart_sees_the_updated_limits() {
+    let mut e = env("").await;
+    let pod = e.pod("nri-restart").await;
+    let mut config = e.config("resized", &["sleep", "600"]);
+    config.linux.as_mut().unwrap().resources = Some(pb::LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        ..Default::default()
+    });
+    let id = e.run(&pod, config).await;
+    e.c.update_container_resources(pb::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(pb::LinuxContainerResources {
+            memory_limit_in_bytes: 96 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    e.d.kill9();
+    e.relaunch().await;
+    let plugin = Plugin::connect(&e.d.nri_socket(), &e.d.dir, "late", "30", &[]);
+    let sync = plugin.wait_for("its synchronization", Duration::from_secs(5), |ev| {
+        ev["event"] == "Synchronize"
+    });
+    let limits: Value = serde_json::from_str(sync["detail"].as_str().unwrap()).unwrap();
+    let limit = limits[id.as_str()]["memory"]["limit"]["value"].to_string();
+    assert_eq!(limit.trim_matches('"'), (96u64 << 20).to_string(), "{limits}");
+    e.end_pod(&pod.0).await;
+}
+
 /// A plugin that changes an UpdateContainerResources (its answer to UpdateContainer updates the
 /// container itself): what it set is what the cgroup gets and what the container's status
 /// shows, the rest of the request kept.

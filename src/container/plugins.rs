@@ -71,9 +71,18 @@ impl Containers {
             .container_dir(&record.id)
             .join("bundle/config.json");
         match oci_spec::runtime::Spec::load(&path) {
-            Ok(spec) => self
-                .nri()
-                .adopt_container(&info(record), &spec, &status(record)),
+            Ok(spec) => {
+                let nri = self.nri();
+                nri.adopt_container(&info(record), &spec, &status(record));
+                // The bundle has the limits the container was created with; the record has
+                // those it runs with since (UpdateContainerResources, plugins' updates).
+                match crate::oci::container_resources(&record.spec.resources, &self.ctx.host) {
+                    Ok(now) => nri.updated(&record.id, &now),
+                    Err(e) => {
+                        tracing::warn!(container_id = %record.id, error = %e, "NRI plugins will see the limits the container was created with")
+                    }
+                }
+            }
             Err(e) => {
                 tracing::warn!(container_id = %record.id, error = %e, "NRI plugins will not know this container")
             }
