@@ -201,16 +201,25 @@ impl MonitorHandle {
             // A reply written before the monitor died is still read.
             biased;
             reply = request(&self.dir, req, timeout) => match reply {
-                Err(MonitorError::Io(e))
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof
-                        && !super::is_alive(&self.identity) =>
-                {
+                Err(MonitorError::Io(e)) if connection_lost(&e) && self.gone_soon().await => {
                     Err(MonitorError::Died(self.identity.pid))
                 }
                 other => other,
             },
             () = died => Err(MonitorError::Died(self.identity.pid)),
         }
+    }
+
+    /// Whether the monitor is gone, or goes within a moment: a connection it lost as it
+    /// died (closed or reset by the kernel) can come before its process is reaped.
+    async fn gone_soon(&self) -> bool {
+        let Ok(pidfd) = crate::sys::pidfd_open(self.identity.pid) else {
+            return true;
+        };
+        !super::is_alive(&self.identity)
+            || crate::sys::pidfd_wait(pidfd, Some(DEATH_GRACE))
+                .await
+                .unwrap_or(false)
     }
 
     async fn done(&self, req: &Request, timeout: Duration) -> Result<(), MonitorError> {
@@ -334,6 +343,19 @@ async fn wait_pidfd(pidfd: &std::os::fd::OwnedFd, timeout: Duration) -> bool {
     crate::sys::pidfd_wait(dup, Some(timeout))
         .await
         .unwrap_or(false)
+}
+
+/// How long a call whose connection was lost waits to see the monitor's death.
+const DEATH_GRACE: Duration = Duration::from_secs(1);
+
+/// The ways a monitor's socket fails when the monitor has died: the connection closed or reset
+/// under a call, or no one listening any more.
+fn connection_lost(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionRefused | NotFound
+    )
 }
 
 /// The longest answer read from a monitor: an exec's output is bounded by the caller, and

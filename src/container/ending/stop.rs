@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 
 use super::exits::Gone;
 use crate::container::monitor_of;
+use crate::monitor::MonitorError;
 use crate::container::{ContainerError, Containers, Held, Phase, detached};
 
 /// How long a container may take to die after SIGKILL before stopping it is an error.
@@ -47,13 +48,7 @@ impl Containers {
         self.sandboxes.context().note(&pod, asked);
         let Ok(monitor) = monitor_of(&pod) else {
             // The pod's monitor is gone: its containers end without it.
-            return match self.monitor_gone(&record.pod_id, Gone::Died).await {
-                true => Ok(()),
-                false => Err(ContainerError::Unkillable {
-                    id: held.id.clone(),
-                    timeout: KILL_GRACE,
-                }),
-            };
+            return self.end_without_monitor(held, &record.pod_id).await;
         };
         let mut exited = held.entry.exited.subscribe();
         let signal = |sig: Signal, all: bool| {
@@ -62,20 +57,27 @@ impl Containers {
             let t = self.ctx.monitor_timeout;
             async move { monitor.signal(&id, sig, all, t).await }
         };
+        // A monitor that dies under the call (killed, out of memory): the containers end
+        // without it, as when it was found gone.
+        let died = |r: &Result<(), MonitorError>| matches!(r, Err(MonitorError::Died(_)));
         if !timeout.is_zero() && record.phase == Phase::Running {
             let sig = Signal::try_from(record.stop_signal).unwrap_or(Signal::SIGTERM);
-            signal(sig, false)
-                .await
-                .map_err(ContainerError::monitor(&held.id, "sending the stop signal"))?;
+            let sent = signal(sig, false).await;
+            if died(&sent) {
+                return self.end_without_monitor(held, &record.pod_id).await;
+            }
+            sent.map_err(ContainerError::monitor(&held.id, "sending the stop signal"))?;
             if wait_exit(&mut exited, timeout).await {
                 self.stopped_for_plugins(held).await;
                 return Ok(());
             }
             tracing::info!(?timeout, "container outlived its stop timeout; killing it");
         }
-        signal(Signal::SIGKILL, true)
-            .await
-            .map_err(ContainerError::monitor(&held.id, "killing it"))?;
+        let sent = signal(Signal::SIGKILL, true).await;
+        if died(&sent) {
+            return self.end_without_monitor(held, &record.pod_id).await;
+        }
+        sent.map_err(ContainerError::monitor(&held.id, "killing it"))?;
         if wait_exit(&mut exited, KILL_GRACE).await {
             self.stopped_for_plugins(held).await;
             Ok(())
@@ -89,6 +91,17 @@ impl Containers {
 }
 
 impl Containers {
+    /// Ends the container whose pod's monitor is gone: once none of its processes remain.
+    async fn end_without_monitor(&self, held: &Held, pod: &str) -> Result<(), ContainerError> {
+        match self.monitor_gone(pod, Gone::Died).await {
+            true => Ok(()),
+            false => Err(ContainerError::Unkillable {
+                id: held.id.clone(),
+                timeout: KILL_GRACE,
+            }),
+        }
+    }
+
     /// StopContainer returns once plugins heard the stop (the exit's own announcement and this
     /// one go out once between them), so that a RemoveContainer after it reaches them after.
     async fn stopped_for_plugins(&self, held: &Held) {
