@@ -74,6 +74,9 @@ critest:
 ## [Serial]; 8 ginkgo processes) against a crust of its own, offline (hack/e2e-node.sh;
 ## e2e-node-config/skips.txt lists the gaps). Too long for make test. E2E_RUNTIME=containerd
 ## runs it against containerd 2.4.2 instead; ARGS='--focus=Probing' narrows it.
+## E2E_FOCUS=features runs the wider selection containerd gates its pull requests on
+## ([NodeConformance], [Feature:*] and [Feature] without its skips; 535 specs in v1.37.2),
+## with e2e-node-config/features-skips.txt besides.
 e2e-node:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools e2e-node

@@ -35,10 +35,13 @@
 #
 # Usage: hack/e2e-node.sh [ginkgo flags...]   e.g. hack/e2e-node.sh --focus='Probing'
 #   (selected specs outside that focus are reported as not run; the skip list applies as always)
-# Env: E2E_RUNTIME (crust, the default, or containerd), CRUST_BIN (default target/debug/crust),
+# Env: E2E_FOCUS (conformance, the default, or features: containerd's pull-request gate,
+#      [NodeConformance], [Feature:*] and [Feature] without its skips, with
+#      e2e-node-config/features-skips.txt besides skips.txt),
+#      E2E_RUNTIME (crust, the default, or containerd), CRUST_BIN (default target/debug/crust),
 #      E2E_PROCS (ginkgo processes, default 8), E2E_SKIPS (default e2e-node-config/skips.txt),
 #      E2E_TIMEOUT (ginkgo's, default 2h). The logs and the report stay until the next run
-#      against the same runtime, in /var/lib/crust-e2e/run-<runtime>.
+#      against the same runtime, in /var/lib/crust-e2e/run-<runtime>[-features].
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -71,9 +74,19 @@ else
 fi
 
 # --- the skip list: `<regex> | <reason>`, comments (#) and blank lines ignored
-skips_file=${E2E_SKIPS:-$top/e2e-node-config/skips.txt}
-[ -f "$skips_file" ] || fail "$skips_file is missing"
-skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s '
+# (the features selection holds the conformance one: its skips are skips.txt's and
+# features-skips.txt's)
+selection=${E2E_FOCUS:-conformance}
+case $selection in
+  conformance) default_skips=$top/e2e-node-config/skips.txt ;;
+  features) default_skips="$top/e2e-node-config/skips.txt $top/e2e-node-config/features-skips.txt" ;;
+  *) fail "E2E_FOCUS is conformance or features, not $selection" ;;
+esac
+skips_files=${E2E_SKIPS:-$default_skips}
+for f in $skips_files; do [ -f "$f" ] || fail "$f is missing"; done
+skips_file=${skips_files//"$top"\//}
+# shellcheck disable=SC2086 # a list of files
+skips_json=$({ cat $skips_files | grep -vE '^[[:space:]]*(#|$)' || true; } | jq -R -s '
   split("\n") | map(select(length > 0)) | map(
     (index(" | ")) as $i
     | if $i == null then error("no \" | \" separating regex and reason: " + .) else . end
@@ -83,12 +96,22 @@ skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s
         error("the reason is \"not built yet: ...\", \"host: ...\" or \"configuration: ...\": "
           + .reason) end)
 ') || fail "$skips_file: malformed line (each is '<regex> | <reason>')"
-# The selection, as containerd's and CRI-O's node conformance jobs make it: by the specs'
-# labels (which their texts repeat in brackets, as the verdict below reads them), so that a
-# --focus given on the command line narrows it.
-labels='NodeConformance && !Flaky && !Slow && !Serial'
-focus='\[NodeConformance\]'
-unselected='\[Flaky\]|\[Slow\]|\[Serial\]'
+# The selection, by the specs' labels (which their texts repeat in brackets, as the verdict
+# below reads them), so that a --focus given on the command line narrows it:
+# - conformance: as containerd's and CRI-O's node conformance jobs make it;
+# - features: containerd's pull-request gate (its .github/workflows/node-e2e.yml): focus
+#   `\[NodeConformance\]|\[Feature:.+\]|\[Feature\]`, and its skips.
+case $selection in
+  conformance)
+    labels='NodeConformance && !Flaky && !Slow && !Serial'
+    focus='\[NodeConformance\]'
+    unselected='\[Flaky\]|\[Slow\]|\[Serial\]' ;;
+  features)
+    ctrd_skipped='UserNamespacesSupport|PodLifecycleSleepActionAllowZero|UserNamespacesPodSecurityStandards|KubeletCredentialProviders|LockContention|SCTPConnectivity|ResourceMetrics'
+    labels="(NodeConformance || /^Feature:.+\$/ || Feature) && !Flaky && !Slow && !Serial && !Alpha && !/^Feature:($ctrd_skipped)\$/"
+    focus='\[NodeConformance\]|\[Feature:.+\]|\[Feature\]'
+    unselected="\\[Flaky\\]|\\[Slow\\]|\\[Serial\\]|\\[Alpha\\]|\\[Feature:($ctrd_skipped)\\]" ;;
+esac
 skip_args=()
 while IFS= read -r re; do skip_args+=("--skip=$re"); done < <(jq -r '.[].regex' <<<"$skips_json")
 
@@ -105,6 +128,7 @@ flock -n 8 || fail "another hack/e2e-node.sh runs on this machine ($state/lock)"
   fail "the stand-in images could not be built"
 
 work=$base/run-$runtime
+[ "$selection" = conformance ] || work=$work-$selection
 sock=$state/$runtime.sock
 # containerd at its default socket: kubelet's cAdvisor finds containerd's containers (their pod
 # and container names) only there, as it does on the nodes containerd's CI runs this suite on.
