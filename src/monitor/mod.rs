@@ -15,6 +15,7 @@
 //! removes them when it tears the pod down.
 
 pub mod client;
+pub mod oci_cli;
 mod pod_init;
 mod process;
 mod server;
@@ -176,6 +177,10 @@ pub struct CreateRequest {
     /// kernel does it).
     pub cgroup_procs: Option<PathBuf>,
     pub own_pid_namespace: bool,
+    /// The OCI runtime binary of the pod's handler, which also runs the container's execs;
+    /// `None`: libcontainer (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::model::OciRuntime>,
 }
 
 /// A process to run in a running container (ExecSync).
