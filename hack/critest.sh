@@ -27,7 +27,8 @@
 #      of this run's own), CRITEST_SKIPS (default critest-config/skips.txt), CRITEST_KEEP=1
 #      (keep the work dir), CRITEST_RUNTIME=<handler>=<binary> (every pod under a RuntimeClass
 #      handler that OCI runtime binary runs, `[runtimes.<handler>]`: critest gets
-#      --runtime-handler <handler>; e.g. CRITEST_RUNTIME=runc=/usr/sbin/runc).
+#      --runtime-handler <handler>, and critest-config/skips-handler-<handler>.txt adds to the
+#      skip list; e.g. CRITEST_RUNTIME=runc=/usr/sbin/runc).
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,7 +67,12 @@ fi
 # --- the skip list: `<regex> | <reason>`, comments (#) and blank lines ignored
 skips_file=${CRITEST_SKIPS:-$top/critest-config/skips.txt}
 [ -f "$skips_file" ] || fail "$skips_file is missing"
-skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s '
+# Under a handler's binary, what that binary lacks too (critest-config/skips-handler-<name>.txt).
+handler_skips=/dev/null
+if [ -n "${CRITEST_RUNTIME:-}" ] && [ -f "$top/critest-config/skips-handler-$handler.txt" ]; then
+  handler_skips=$top/critest-config/skips-handler-$handler.txt
+fi
+skips_json=$({ grep -hvE '^[[:space:]]*(#|$)' "$skips_file" "$handler_skips" || true; } | jq -R -s '
   split("\n") | map(select(length > 0)) | map(
     (index(" | ")) as $i
     | if $i == null then error("no \" | \" separating regex and reason: " + .) else . end

@@ -131,6 +131,33 @@ async fn a_pod_runs_under(handler: &str) {
     if !reported.status.success() {
         assert!(!features.recursive_read_only_mounts && !features.user_namespaces);
     }
+    if !features.user_namespaces {
+        // kubelet sends no such pod to this handler (Status says so); a client that does
+        // learns why.
+        let mut config = pod_config("userns");
+        let ns = config
+            .linux
+            .get_or_insert_with(Default::default)
+            .security_context
+            .get_or_insert_with(Default::default)
+            .namespace_options
+            .get_or_insert_with(Default::default);
+        let range = vec![pb::IdMapping {
+            host_id: 1 << 30,
+            container_id: 0,
+            length: 65536,
+        }];
+        ns.userns_options = Some(pb::UserNamespace {
+            mode: pb::NamespaceMode::Pod as i32,
+            uids: range.clone(),
+            gids: range,
+        });
+        let mut req = run_request(config);
+        req.runtime_handler = handler.into();
+        let err = e.c.run_pod_sandbox(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        assert!(err.message().contains("user namespaces"), "{err:?}");
+    }
     let pod = pod_under(&mut e, "cli", handler).await;
 
     // A container with output, run by the binary: its state is under crust's root for it.
