@@ -206,6 +206,9 @@ async fn a_pod_runs_under(handler: &str) {
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&main));
 
     // ExecSync, its exit codes, and a missing command said as the request's fault.
+    let info = e.info(&main).await;
+    assert_eq!(info["runtime"]["handler"], handler, "{info}");
+    assert_eq!(info["runtime"]["path"], path.display().to_string());
     assert_eq!(e.sh(&main, "echo in; id -u").await, "in\n0\n");
     assert_eq!(e.exec(&main, &["sh", "-c", "exit 3"]).await.exit_code, 3);
     let err =
