@@ -97,6 +97,26 @@ async fn wait_logged(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str, 
     }
 }
 
+/// The answer to `GET /index.html` on 127.0.0.1:`port`, asked until the server answers (10 s).
+fn http_get(port: u16) -> String {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match answer {
+            Ok(text) if text.starts_with("HTTP/1.") => return text,
+            other => assert!(Instant::now() < deadline, "no page: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The binary's state directories of crust's containers under `handler`.
 fn runtime_state(e: &Env, handler: &str) -> Vec<String> {
     Daemon::entries(&e.d.state.join("runtimes").join(handler))
@@ -275,6 +295,27 @@ async fn a_pod_runs_under(handler: &str) {
         0
     );
 
+    // Port-forward into the pod's network namespace, which the monitor holds.
+    let web = e
+        .run(
+            &pod,
+            e.config(
+                "web",
+                &[
+                    "sh",
+                    "-c",
+                    "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www",
+                ],
+            ),
+        )
+        .await;
+    let local = free_port();
+    let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
+    let page = tokio::task::spawn_blocking(move || http_get(local))
+        .await
+        .unwrap();
+    assert!(page.ends_with("served\n"), "{page}");
+
     // Statistics from the container's cgroup.
     let stats =
         e.c.container_stats(pb::ContainerStatsRequest {
@@ -307,7 +348,7 @@ async fn a_pod_runs_under(handler: &str) {
     // Stop and remove: nothing of the containers is left, the binary's state included.
     e.stop(&main, 0).await;
     assert!(!workload::alive(pid));
-    for id in [&main, &tty, &shell, &hog] {
+    for id in [&main, &tty, &shell, &hog, &web] {
         e.remove(id).await;
         e.wait_reclaimed(id).await;
     }
