@@ -226,6 +226,15 @@ async fn a_pod_runs_under(handler: &str) {
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&main));
 
     // ExecSync, its exit codes, and a missing command said as the request's fault.
+    // A command the image does not have is the request's fault, in the binary's words.
+    let err = e
+        .create(&pod, e.config("missing", &["no-such-command"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("no-such-command"), "{err:?}");
+    assert_eq!(runtime_state(&e, handler), std::slice::from_ref(&main));
+
     let info = e.info(&main).await;
     assert_eq!(info["runtime"]["handler"], handler, "{info}");
     assert_eq!(info["runtime"]["path"], path.display().to_string());

@@ -116,7 +116,8 @@ pub enum Request {
     Ping,
     /// Kills every process of the pod, records the containers' exits, answers, and exits.
     Shutdown,
-    /// Creates a container through libcontainer (its process waits to be started); answers
+    /// Creates a container through libcontainer, or the pod handler's OCI runtime binary (its
+    /// process waits to be started); answers
     /// `Created`.
     Create(Box<CreateRequest>),
     /// Starts a created container; answers `Started`.

@@ -1,5 +1,7 @@
 //! Runtime workers: for each libcontainer call that clones processes (creating a container,
-//! starting an exec), the monitor forks a worker, which makes the call and exits.
+//! starting an exec), the monitor forks a worker, which makes the call and exits. For a
+//! handler with an OCI runtime binary (`../../oci_cli.rs`) the worker runs the binary's
+//! `create`, `exec --detach` or `start` instead and waits for it.
 //!
 //! Why a process of its own: libcontainer changes the process that calls it (it writes
 //! `oom_score_adj`, makes it non-dumpable, changes directory, allocates) and clones the
@@ -182,28 +184,19 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
             process,
             stdio,
             console_socket,
-            runtime: Some(runtime),
+            runtime,
             dir,
-        } => {
-            let _ = runtime_root;
-            by_pid(oci_cli::exec(
+        } => match runtime {
+            Some(runtime) => by_pid(oci_cli::exec(
                 &runtime,
                 &id,
                 &dir,
                 &process,
                 stdio.into(),
                 console_socket.as_deref(),
-            ))
-        }
-        Job::Exec {
-            id,
-            runtime_root,
-            process,
-            stdio,
-            console_socket,
-            runtime: None,
-            dir: _,
-        } => exec(&id, &runtime_root, &process, stdio, console_socket),
+            )),
+            None => exec(&id, &runtime_root, &process, stdio, console_socket),
+        },
         Job::Start { runtime, id, dir } => match oci_cli::start(&runtime, &id, &dir) {
             Ok(()) => Outcome::Done,
             Err(error) => Outcome::Failed {
@@ -482,10 +475,13 @@ fn render(e: &dyn std::error::Error) -> String {
 /// Whether libcontainer's failure is the request's fault: a command or working directory
 /// that the image does not have is something the user fixes, not the node.
 pub(in crate::monitor) fn classify(error: &str) -> Fault {
-    const REQUEST_FAULTS: [&str; 3] = [
+    // libcontainer's, then runc's and crun's words for a working directory that is not there.
+    const REQUEST_FAULTS: [&str; 5] = [
         "not found in $PATH",
         "PATH environment variable is not set",
         "failed to chdir",
+        "set in config.json failed",
+        "chdir to `",
     ];
     // The container's init reports to the worker in text: the errno's own words are all
     // that is left of a full disk by then (as `Display` and in libcontainer's `Debug`).
@@ -510,6 +506,11 @@ mod tests {
             Fault::Invalid
         );
         assert_eq!(classify("failed to mount proc: EPERM"), Fault::Failed);
+        let runc = "runc create failed: unable to start container process: chdir to cwd \
+                    (\"/nope\") set in config.json failed: no such file or directory";
+        assert_eq!(classify(runc), Fault::Invalid);
+        let crun = "chdir to `/nope`: No such file or directory";
+        assert_eq!(classify(crun), Fault::Invalid);
         assert_eq!(
             classify(
                 "mkdirat sys: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"
