@@ -145,6 +145,21 @@ async fn a_pod_runs_under(handler: &str) {
         ))
     })
     .await;
+    // crust check names the handler's binary and its version.
+    let check = Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["check", "--config"])
+        .arg(&e.d.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    let version = Command::new(&path).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains(" handler ") && l.contains(&format!(": {} (", path.display())));
+    let line = line.unwrap_or_else(|| panic!("no handler line for {handler}: {text}"));
+    assert!(line.contains(version.lines().next().unwrap()), "{line}");
+
     // The binary's own features, not the default handler's.
     let features = handler_features(&mut e, handler).await;
     let reported = Command::new(&path).arg("features").output().unwrap();
