@@ -421,3 +421,35 @@ async fn an_unknown_handler_is_refused_and_a_missing_binary_stops_the_start() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("runtimes.gone.runtime_path"), "{text}");
 }
+
+/// A pod keeps the binary its handler named when it was made: after a restart without the
+/// table, its new containers still run under runc (a handler never switches runtimes under a
+/// running pod), and they go as they should.
+#[tokio::test]
+async fn a_pod_keeps_its_binary_across_a_configuration_change() {
+    let table = "\n[runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\n";
+    let mut e = Env::start_with(|d| d.append_config(table)).await;
+    let pod = pod_under(&mut e, "kept", "runc").await;
+    let before = e.run(&pod, e.config("before", &["sleep", "600"])).await;
+    e.d.kill9();
+    let text = std::fs::read_to_string(&e.d.config).unwrap();
+    std::fs::write(&e.d.config, text.replace(table, "")).unwrap();
+    e.relaunch().await;
+    let after = e.run(&pod, e.config("after", &["sleep", "600"])).await;
+    for id in [&before, &after] {
+        let info = e.info(id).await;
+        assert_eq!(info["runtime"]["path"], "/usr/sbin/runc", "{info}");
+    }
+    let mut state = runtime_state(&e, "runc");
+    state.sort();
+    let mut want = vec![before.clone(), after.clone()];
+    want.sort();
+    assert_eq!(state, want);
+    assert_eq!(e.sh(&after, "echo still").await, "still\n");
+    e.end_pod(&pod.0).await;
+    assert!(
+        runtime_state(&e, "runc").is_empty(),
+        "{:?}",
+        runtime_state(&e, "runc")
+    );
+}

@@ -414,7 +414,7 @@ fn plan(
         own_pid_namespace,
         image_volumes: Default::default(),
         cdi_devices: Vec::new(),
-        runtime: containers.ctx.runtimes.get(&pod.runtime_handler).cloned(),
+        runtime: pod.runtime.clone(),
         spec,
         id,
     }

@@ -298,6 +298,7 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
         ),
         default_handler: config.default_runtime_handler.clone(),
         handlers: config.handler_names(),
+        runtimes: config.oci_runtimes(),
         monitor_timeout: Duration::from_secs(10),
         pod_sysctls: crate::sandbox::PodSysctlDefaults {
             unprivileged_ports: config.network.enable_unprivileged_ports,
