@@ -5,7 +5,8 @@
 //! refuses, init containers sharing an emptyDir, a host-network pod, a pod sharing its PID
 //! namespace whose CAP_SYS_PTRACE container cannot reach the node through PID 1, crust killed
 //! and restarted under it, a liveness failure, and the pods removed. A second kubelet takes
-//! devices from a device plugin that hands them out as CDI names.
+//! devices from a device plugin that hands them out as CDI names; a third runs its pod under
+//! Debian's runc binary as the node's default runtime handler.
 
 mod common;
 
