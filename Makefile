@@ -29,7 +29,9 @@ run:
 ## Every test: unit, integration (real daemon, namespaces, CNI, registry), every fuzz target for
 ## $(FUZZ_SECS) seconds, then the whole critest
 ## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps),
-## then the cgroup tests again on pure cgroup v2 in a VM, with either driver (hack/cgroupv2-tests.sh).
+## then the whole suite again with every pod under the runtime handler `runc` (Debian's runc
+## binary, [runtimes.runc]), then the cgroup tests again on pure cgroup v2 in a VM, with either
+## driver (hack/cgroupv2-tests.sh).
 test:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools kubelet
@@ -37,6 +39,7 @@ test:
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
 	hack/fuzz.sh $(FUZZ_SECS)
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
+	PATH="$(CRI_TOOLS):$$PATH" CRITEST_RUNTIME=runc=/usr/sbin/runc hack/critest.sh
 	hack/cgroupv2-tests.sh
 
 ## The integration tests and critest STRESS_ROUNDS times (5) with the page cache dropped and two

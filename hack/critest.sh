@@ -25,7 +25,10 @@
 #      as in the cgroup v2 guest of hack/cgroupv2-tests.sh, which has no curl),
 #      CRITEST_CGROUP_DRIVER (cgroupfs, the default, or systemd: the pods then go in a slice
 #      of this run's own), CRITEST_SKIPS (default critest-config/skips.txt), CRITEST_KEEP=1
-#      (keep the work dir).
+#      (keep the work dir), CRITEST_RUNTIME=<handler>=<binary> (every pod under a RuntimeClass
+#      handler that OCI runtime binary runs, `[runtimes.<handler>]`: critest gets
+#      --runtime-handler <handler>, and critest-config/skips-handler-<handler>.txt adds to the
+#      skip list; e.g. CRITEST_RUNTIME=runc=/usr/sbin/runc).
 set -euo pipefail
 shopt -s inherit_errexit
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,10 +55,24 @@ fi
 crust=${CRUST_BIN:-$top/target/debug/crust}
 [ -x "$crust" ] || fail "crust not found at $crust (cargo build --bins)"
 
+handler_args=()
+runtime_toml=""
+if [ -n "${CRITEST_RUNTIME:-}" ]; then
+  handler=${CRITEST_RUNTIME%%=*} binary=${CRITEST_RUNTIME#*=}
+  [ -x "$binary" ] || fail "CRITEST_RUNTIME: $binary is not an executable (hack/install-deps.sh test)"
+  handler_args=(--runtime-handler "$handler")
+  runtime_toml=$(printf '\n[runtimes.%s]\nruntime_path = "%s"\n' "$handler" "$binary")
+fi
+
 # --- the skip list: `<regex> | <reason>`, comments (#) and blank lines ignored
 skips_file=${CRITEST_SKIPS:-$top/critest-config/skips.txt}
 [ -f "$skips_file" ] || fail "$skips_file is missing"
-skips_json=$({ grep -vE '^[[:space:]]*(#|$)' "$skips_file" || true; } | jq -R -s '
+# Under a handler's binary, what that binary lacks too (critest-config/skips-handler-<name>.txt).
+handler_skips=/dev/null
+if [ -n "${CRITEST_RUNTIME:-}" ] && [ -f "$top/critest-config/skips-handler-$handler.txt" ]; then
+  handler_skips=$top/critest-config/skips-handler-$handler.txt
+fi
+skips_json=$({ grep -hvE '^[[:space:]]*(#|$)' "$skips_file" "$handler_skips" || true; } | jq -R -s '
   split("\n") | map(select(length > 0)) | map(
     (index(" | ")) as $i
     | if $i == null then error("no \" | \" separating regex and reason: " + .) else . end
@@ -152,6 +169,7 @@ printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d" >
 # No free-space reserve: the machine's disk may be shared with other work and nearly full; the
 # reserve is tested by the integration tests that set it.
 printf '\n[image]\nmin_free_percent = 0\n' >> "$work/config.toml"
+printf '%s\n' "$runtime_toml" >> "$work/config.toml"
 # NRI on a socket of this run's own (critest's NRI specs connect their plugins there), no
 # pre-installed plugins. critest's synchronization specs hold a plugin's Synchronize open for
 # 2 s on purpose, NRI's default request timeout: a longer one keeps that plugin from being
@@ -174,11 +192,12 @@ done
 
 # --- the suite
 echo "critest: $("$CRITEST" --version 2>/dev/null | grep -m1 version) against crust" \
-  "$("$crust" version | awk '{print $2}'), ${#skip_args[@]} skip entries from ${skips_file#"$top"/}"
+  "$("$crust" version | awk '{print $2}'), ${#skip_args[@]} skip entries from ${skips_file#"$top"/}" \
+  "${CRITEST_RUNTIME:+, runtime handler $CRITEST_RUNTIME}"
 start=$(date +%s)
 set +e
 "$CRITEST" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
-  --nri-socket "$work/nri.sock" \
+  --nri-socket "$work/nri.sock" "${handler_args[@]}" \
   --ginkgo.no-color --ginkgo.timeout=20m --ginkgo.json-report="$work/report.json" \
   "${skip_args[@]}" "$@" \
   > "$work/critest.log" 2>&1
@@ -260,6 +279,7 @@ if [ $# -eq 0 ]; then
   set +e
   "$CRITEST" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
     --ginkgo.no-color --ginkgo.timeout=10m --ginkgo.focus=Streaming "${skip_args[@]}" \
+    "${handler_args[@]}" \
     --websocket-exec --websocket-attach --websocket-portforward \
     --ginkgo.json-report="$work/report-ws.json" > "$work/critest-ws.log" 2>&1
   set -e

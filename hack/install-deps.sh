@@ -19,8 +19,9 @@ case $purpose in
   # same images into Debian's containerd 1.6: containerd, runc. critest's offline registry:
   # skopeo, curl, gcc and libc6-dev (its static stand-ins); hack/critest.sh reads critest's
   # report with jq; flock (util-linux) guards the tool cache. The fuzz targets (hack/fuzz.sh) build
-  # libFuzzer: g++.
-  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc g++" ;;
+  # libFuzzer: g++. RuntimeClass handlers run by an OCI runtime binary
+  # (tests/runtime_handlers.rs): crun and runc.
+  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
   # the kubelet benchmark reads kubelet's /pods with jq.

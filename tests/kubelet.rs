@@ -5,7 +5,8 @@
 //! refuses, init containers sharing an emptyDir, a host-network pod, a pod sharing its PID
 //! namespace whose CAP_SYS_PTRACE container cannot reach the node through PID 1, crust killed
 //! and restarted under it, a liveness failure, and the pods removed. A second kubelet takes
-//! devices from a device plugin that hands them out as CDI names.
+//! devices from a device plugin that hands them out as CDI names; a third runs its pod under
+//! Debian's runc binary as the node's default runtime handler.
 
 mod common;
 
@@ -833,5 +834,71 @@ async fn kubelet_gives_device_plugin_devices_through_cdi() {
             k.log_tail()
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A kubelet whose pods run under the runtime handler `runc`, Debian's runc binary
+/// (`[runtimes.runc]`, the default handler here): a standalone kubelet has no API server to
+/// resolve a RuntimeClass from, so the node's default handler is the binary's. The pod turns
+/// Ready through an exec probe (runc exec), logs, and goes leaving nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
+    let e = Env::start_with(|d| {
+        d.append_config("\n[runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\n");
+    })
+    .await;
+    let k = Kubelet::start(&e.d);
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: oci, namespace: default}}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {}\n    \
+         command: [sh, -c, \"echo from-runc; touch /tmp/ready; exec sleep 3600\"]\n    \
+         readinessProbe: {{exec: {{command: [test, -f, /tmp/ready]}}, periodSeconds: 1}}\n",
+        e.image
+    );
+    k.put("oci", &pod);
+    let status = k.wait_pod("oci", "ready", |s| {
+        container(s, "main")["ready"] == true && running(s, "main")
+    });
+    let id = crust_id(&status, "main");
+    let info: Value = serde_json::from_str(&crictl(&e, &["inspect", &id])).unwrap();
+    assert_eq!(
+        info["info"]["runtime"]["path"], "/usr/sbin/runc",
+        "{info:#}"
+    );
+    let logs = Command::new(common::tools::crictl())
+        .arg("--runtime-endpoint")
+        .arg(format!("unix://{}", e.d.socket.display()))
+        .args(["logs", &id])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "from-runc\n");
+
+    k.remove("oci");
+    let mut c = e.d.client().await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pod left; kubelet log:\n{}",
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let state = e.d.state.join("runtimes/runc");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !common::Daemon::entries(&state).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            common::Daemon::entries(&state)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

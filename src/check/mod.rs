@@ -5,6 +5,7 @@
 mod containers;
 mod devices;
 mod kubelet;
+mod runtimes;
 
 use std::path::Path;
 
@@ -30,7 +31,7 @@ impl From<Result<String, String>> for Finding {
 
 /// Runs every check, prints the results, and returns the failures.
 pub fn run(config: &Config) -> Vec<String> {
-    let checks: Vec<(&str, Finding)> = vec![
+    let mut checks: Vec<(&str, Finding)> = vec![
         ("root", root().into()),
         ("namespaces", namespaces().into()),
         ("cgroups", cgroups(config).into()),
@@ -51,6 +52,11 @@ pub fn run(config: &Config) -> Vec<String> {
         ("leftovers", leftovers(&config.state)),
         ("kubelet", kubelet::statistics(&config.listen)),
     ];
+    checks.extend(
+        runtimes::handlers(config)
+            .into_iter()
+            .map(|finding| ("handler", finding)),
+    );
     let mut failed = Vec::new();
     for (name, finding) in checks {
         match finding {

@@ -83,6 +83,11 @@ pub struct Config {
     /// `name=soft:hard` or `name=limit` (`nofile=1024:4096`); they replace crust's
     /// RLIMIT_NOFILE of 1048576 when they name `nofile`.
     pub default_ulimits: Vec<String>,
+    /// RuntimeClass handlers whose containers an OCI runtime binary runs (CRI-O's
+    /// `[crio.runtime.runtimes.NAME]`), by handler name. Each is a handler a pod may ask for
+    /// besides `runtime_handlers`, which youki's libcontainer runs; a name in both is the
+    /// binary's.
+    pub runtimes: BTreeMap<String, RuntimeHandlerConfig>,
     pub network: NetworkConfig,
     pub registry: RegistryConfig,
     pub image: ImageStoreConfig,
@@ -142,6 +147,64 @@ impl NriConfig {
             if t.0.is_zero() || t.0 > std::time::Duration::from_secs(600) {
                 return Err(format!("nri.{name} must be between 1ms and 10m"));
             }
+        }
+        Ok(())
+    }
+}
+
+/// `[runtimes.<handler>]`: an OCI runtime binary and its options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeHandlerConfig {
+    /// The binary (absolute), e.g. `/usr/bin/crun`.
+    pub runtime_path: PathBuf,
+    /// Its state root (`--root`); unset: `<state>/runtimes/<handler>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_root: Option<PathBuf>,
+    /// `--systemd-cgroup`; unset: as `cgroup_driver` says. It must agree with it, since
+    /// crust names the containers' cgroups the driver's way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systemd_cgroup: Option<bool>,
+    /// Global options given before every command (`--debug`, `--rootless=false`).
+    pub runtime_args: Vec<String>,
+}
+
+impl RuntimeHandlerConfig {
+    fn validate(&self, handler: &str, driver: CgroupDriver) -> Result<(), String> {
+        let key = |k: &str| format!("runtimes.{handler}.{k}");
+        let valid_name = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+        if handler.is_empty() || !handler.chars().all(valid_name) {
+            return Err(format!(
+                "runtimes: {handler:?} is not a handler name (letters, digits, '.', '_', '-')"
+            ));
+        }
+        if !self.runtime_path.is_absolute() {
+            return Err(format!(
+                "{} must be an absolute path, got {:?}",
+                key("runtime_path"),
+                self.runtime_path
+            ));
+        }
+        if let Some(root) = self.runtime_root.as_ref().filter(|r| !r.is_absolute()) {
+            return Err(format!(
+                "{} must be an absolute path, got {}",
+                key("runtime_root"),
+                root.display()
+            ));
+        }
+        let systemd = driver == CgroupDriver::Systemd;
+        if self.systemd_cgroup.is_some_and(|s| s != systemd) {
+            return Err(format!(
+                "{} must agree with cgroup_driver ({}): crust names cgroups the driver's way",
+                key("systemd_cgroup"),
+                if systemd { "systemd" } else { "cgroupfs" }
+            ));
+        }
+        if let Some(a) = self.runtime_args.iter().find(|a| !a.starts_with('-')) {
+            return Err(format!(
+                "{}: {a:?} is not an option (global options start with '-')",
+                key("runtime_args")
+            ));
         }
         Ok(())
     }
@@ -436,6 +499,7 @@ impl Default for Config {
             device_ownership_from_security_context: false,
             hooks_dir: Vec::new(),
             default_ulimits: Vec::new(),
+            runtimes: BTreeMap::new(),
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
             image: ImageStoreConfig::default(),
@@ -608,12 +672,14 @@ impl Config {
         if self.root == self.state {
             return invalid("root and state must be different directories".into());
         }
-        if !self
-            .runtime_handlers
-            .contains(&self.default_runtime_handler)
-        {
+        for (handler, runtime) in &self.runtimes {
+            runtime
+                .validate(handler, self.cgroup_driver)
+                .map_err(ConfigError::Invalid)?;
+        }
+        if !self.handler_names().contains(&self.default_runtime_handler) {
             return invalid(format!(
-                "default_runtime_handler {:?} is not one of runtime_handlers {:?}",
+                "default_runtime_handler {:?} is not one of runtime_handlers {:?} nor of runtimes",
                 self.default_runtime_handler, self.runtime_handlers
             ));
         }
@@ -689,6 +755,38 @@ impl Config {
     }
 
     /// The unix socket path named by `listen`.
+    /// Every handler a pod may name: `runtime_handlers`, then the `runtimes` not among them.
+    pub fn handler_names(&self) -> Vec<String> {
+        let mut names = self.runtime_handlers.clone();
+        for h in self.runtimes.keys() {
+            if !names.contains(h) {
+                names.push(h.clone());
+            }
+        }
+        names
+    }
+
+    /// The handlers an OCI runtime binary runs, resolved (roots under the state directory
+    /// where none is set; the systemd flag from the cgroup driver where unset).
+    pub fn oci_runtimes(&self) -> BTreeMap<String, crate::model::OciRuntime> {
+        self.runtimes
+            .iter()
+            .map(|(handler, r)| {
+                let runtime = crate::model::OciRuntime {
+                    handler: handler.clone(),
+                    path: r.runtime_path.clone(),
+                    root: r
+                        .runtime_root
+                        .clone()
+                        .unwrap_or_else(|| self.state.join("runtimes").join(handler)),
+                    systemd_cgroup: self.cgroup_driver == CgroupDriver::Systemd,
+                    args: r.runtime_args.clone(),
+                };
+                (handler.clone(), runtime)
+            })
+            .collect()
+    }
+
     pub fn socket_path(&self) -> Result<PathBuf, ConfigError> {
         let path = self.listen.strip_prefix("unix://").unwrap_or(&self.listen);
         if path.contains("://") || !path.starts_with('/') {
@@ -956,6 +1054,51 @@ mod tests {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(err.to_string().contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn runtime_handlers_of_oci_binaries_are_resolved_and_checked() {
+        let c = Config::parse(
+            "default_runtime_handler = \"crun\"\n\
+             [runtimes.crun]\nruntime_path = \"/usr/bin/crun\"\n\
+             [runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\nruntime_root = \"/run/r\"\n\
+             runtime_args = [\"--debug\"]\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.handler_names(), ["runc", "crun"]);
+        let runtimes = c.oci_runtimes();
+        assert_eq!(runtimes["crun"].root, Path::new("/run/crust/runtimes/crun"));
+        assert_eq!(runtimes["runc"].root, Path::new("/run/r"));
+        assert_eq!(runtimes["runc"].args, ["--debug"]);
+        assert!(!runtimes["crun"].systemd_cgroup);
+        let refused = [
+            (
+                "[runtimes.crun]\nruntime_path = \"crun\"",
+                "runtimes.crun.runtime_path",
+            ),
+            (
+                "[runtimes.crun]\nruntime_path = \"/c\"\nruntime_root = \"r\"",
+                "runtimes.crun.runtime_root",
+            ),
+            (
+                "[runtimes.crun]\nruntime_path = \"/c\"\nsystemd_cgroup = true",
+                "runtimes.crun.systemd_cgroup",
+            ),
+            (
+                "[runtimes.crun]\nruntime_path = \"/c\"\nruntime_args = [\"x\"]",
+                "runtimes.crun.runtime_args",
+            ),
+            (
+                "[runtimes.\"a b\"]\nruntime_path = \"/c\"",
+                "not a handler name",
+            ),
+        ];
+        for (text, want) in refused {
+            let err = Config::parse(text).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(want), "{text}: {err}");
+        }
+        assert!(Config::parse("[runtimes.crun]\nruntime = \"/c\"").is_err());
     }
 
     /// `crust config default` is the whole default configuration: it reads back as the

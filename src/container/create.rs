@@ -271,6 +271,9 @@ impl Containers {
         }
         record.user = prepared.user;
         record.stop_signal = prepared.stop_signal;
+        if record.runtime.is_some() {
+            crate::oci::masked_as_runc_reads(&mut prepared.spec);
+        }
         let dir = self.ctx.container_dir(&record.id);
         let bundle =
             prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
@@ -330,6 +333,7 @@ impl Containers {
                     .join("cgroup.procs"),
             ),
             own_pid_namespace: record.own_pid_namespace,
+            runtime: record.runtime.clone(),
         }
     }
 
@@ -410,6 +414,7 @@ fn plan(
         own_pid_namespace,
         image_volumes: Default::default(),
         cdi_devices: Vec::new(),
+        runtime: pod.runtime.clone(),
         spec,
         id,
     }

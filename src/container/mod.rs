@@ -34,7 +34,7 @@ mod recover;
 mod start;
 mod update;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -158,6 +158,13 @@ impl ContainerError {
     }
 }
 
+/// What one runtime handler's containers can have (Status's RuntimeHandlerFeatures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerFeatures {
+    pub recursive_read_only_mounts: bool,
+    pub user_namespaces: bool,
+}
+
 /// What the container verbs need from the rest of the daemon.
 pub struct ContainerContext {
     /// `<state>/containers`: records, bundles, exit records (dies with the machine).
@@ -181,6 +188,11 @@ pub struct ContainerContext {
     pub device_ownership_from_security_context: bool,
     /// Directories of OCI hook files (`hooks_dir`).
     pub hooks_dirs: Vec<PathBuf>,
+    /// The handlers an OCI runtime binary runs (`runtimes`), by name; any other handler is
+    /// libcontainer's.
+    pub runtimes: BTreeMap<String, crate::model::OciRuntime>,
+    /// What each of those binaries supports, asked once at start (`<runtime> features`).
+    pub runtime_features: BTreeMap<String, crate::monitor::oci_cli::RuntimeFeatures>,
 }
 
 impl ContainerContext {
@@ -201,6 +213,26 @@ impl ContainerContext {
             cdi_spec_dirs: crate::config::Config::default().cdi_spec_dirs,
             device_ownership_from_security_context: false,
             hooks_dirs: Vec::new(),
+            runtimes: BTreeMap::new(),
+            runtime_features: BTreeMap::new(),
+        }
+    }
+
+    /// What a handler's containers can have, for Status: libcontainer's handlers what this
+    /// host offers; a runtime binary's what it reported too (`<runtime> features`).
+    pub fn handler_features(&self, handler: &str) -> HandlerFeatures {
+        let rro = self.host.mount_setattr;
+        let userns = self.host.no_user_namespaces.is_none();
+        match self.runtime_features.get(handler) {
+            Some(f) => HandlerFeatures {
+                recursive_read_only_mounts: rro && f.recursive_read_only_mounts,
+                user_namespaces: userns && f.user_namespaces,
+            },
+            None if self.runtimes.contains_key(handler) => HandlerFeatures::default(),
+            None => HandlerFeatures {
+                recursive_read_only_mounts: rro,
+                user_namespaces: userns,
+            },
         }
     }
 
@@ -216,6 +248,9 @@ impl ContainerContext {
     pub fn prepare_dirs(&self) -> std::io::Result<()> {
         for dir in [&self.state_dir, &self.runtime_root, &self.layers_dir] {
             crate::durable::create_dir_all(dir)?;
+        }
+        for runtime in self.runtimes.values() {
+            crate::durable::create_dir_all(&runtime.root)?;
         }
         Ok(())
     }

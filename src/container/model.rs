@@ -61,6 +61,10 @@ pub struct ContainerRecord {
     /// The CDI devices it got, each with the spec file it came from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cdi_devices: Vec<crate::cdi::InjectedDevice>,
+    /// The OCI runtime binary of its pod's handler, as configured when it was created;
+    /// `None`: libcontainer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::model::OciRuntime>,
 }
 
 impl crate::store::Record for ContainerRecord {

@@ -7,6 +7,7 @@
 //! removed.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::remove::TOMBSTONE;
@@ -150,17 +151,23 @@ impl Containers {
             own_pid_namespace: true,
             image_volumes: Default::default(),
             cdi_devices: Vec::new(),
+            runtime: None,
             id,
         }
     }
 
-    /// Writable layers, libcontainer state and image holds that belong to no container or
+    /// Writable layers, libcontainer's and the runtime binaries' state and image holds that belong to no container or
     /// reclaim (the machine rebooted: records lived in memory, layers on disk).
     fn remove_orphans(&self) {
         let mut known: HashSet<String> = self.table().by_id.keys().cloned().collect();
         // A reclaim releases a hold only once its mounts are gone.
         known.extend(self.reclaiming());
-        for root in [&self.ctx.layers_dir, &self.ctx.runtime_root] {
+        let binaries = self.ctx.runtimes.values().map(|r| &r.root);
+        let roots: Vec<&PathBuf> = [&self.ctx.layers_dir, &self.ctx.runtime_root]
+            .into_iter()
+            .chain(binaries)
+            .collect();
+        for root in roots {
             for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
                 let id = e.file_name().to_string_lossy().into_owned();
                 if known.contains(&id) {

@@ -231,17 +231,17 @@ impl RuntimeService for RuntimeServer {
             // critest look up a pod without a RuntimeClass there.
             runtime_handlers: std::iter::once(String::new())
                 .chain(self.handlers.iter().cloned())
-                .map(|name| pb::RuntimeHandler {
-                    name,
-                    features: Some(pb::RuntimeHandlerFeatures {
-                        recursive_read_only_mounts: self.containers.context().host.mount_setattr,
-                        user_namespaces: self
-                            .containers
-                            .context()
-                            .host
-                            .no_user_namespaces
-                            .is_none(),
-                    }),
+                .map(|name| {
+                    let default = &self.sandboxes.context().default_handler;
+                    let of = if name.is_empty() { default } else { &name };
+                    let f = self.containers.context().handler_features(of);
+                    pb::RuntimeHandler {
+                        name,
+                        features: Some(pb::RuntimeHandlerFeatures {
+                            recursive_read_only_mounts: f.recursive_read_only_mounts,
+                            user_namespaces: f.user_namespaces,
+                        }),
+                    }
                 })
                 .collect(),
             features: Some(pb::RuntimeFeatures {

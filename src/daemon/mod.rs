@@ -16,8 +16,8 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::mount::MsFlags;
 use tokio::net::UnixListener;
 
-use crate::config::Config;
 use crate::config::layers::Loaded;
+use crate::config::{Config, ConfigError};
 use crate::container::{ContainerContext, Containers};
 use crate::cri::{ImageServer, RuntimeServer};
 use crate::logging::LogHandle;
@@ -35,7 +35,7 @@ pub enum DaemonError {
     #[error("another crust is serving {0}")]
     AlreadyRunning(String),
     #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] ConfigError),
     #[error("opening the image store: {0}")]
     Image(#[from] crate::image::ImageError),
     #[error("serving gRPC: {0}")]
@@ -141,7 +141,7 @@ async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError
         containers,
         sandboxes,
         cgroup_driver: config.cgroup_driver,
-        handlers: config.runtime_handlers.clone(),
+        handlers: config.handler_names(),
         config_info,
         streams: Arc::new(streams),
         listed: Default::default(),
@@ -153,7 +153,7 @@ async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError
     let signalled = stopping.clone();
     let images = ImageServer {
         images,
-        handlers: config.runtime_handlers.clone(),
+        handlers: config.handler_names(),
     };
     let server = crate::cri::serve(runtime, images, incoming, async move {
         shutdown_signal().await;
@@ -193,6 +193,11 @@ async fn start_containers(
     ctx.device_ownership_from_security_context = config.device_ownership_from_security_context;
     ctx.hooks_dirs = config.hooks_dir.clone();
     ctx.host.default_ulimits = crate::config::Ulimit::all(config);
+    ctx.runtimes = config.oci_runtimes();
+    let runtimes = ctx.runtimes.clone();
+    ctx.runtime_features = tokio::task::spawn_blocking(move || probe_runtimes(&runtimes))
+        .await
+        .map_err(|e| DaemonError::Config(ConfigError::Invalid(e.to_string())))??;
     ctx.prepare_dirs().map_err(io(
         "creating the container directories under",
         &config.state,
@@ -210,6 +215,31 @@ async fn start_containers(
         "recovered containers"
     );
     Ok(containers)
+}
+
+/// Asks each handler's runtime binary its version (one that does not answer stops the start,
+/// naming its key) and its features.
+fn probe_runtimes(
+    runtimes: &std::collections::BTreeMap<String, crate::model::OciRuntime>,
+) -> Result<std::collections::BTreeMap<String, crate::monitor::oci_cli::RuntimeFeatures>, DaemonError>
+{
+    let mut out = std::collections::BTreeMap::new();
+    for (handler, runtime) in runtimes {
+        let version = crate::monitor::oci_cli::version(runtime)
+            .map_err(|e| ConfigError::Invalid(format!("runtimes.{handler}.runtime_path: {e}")))?;
+        let features = crate::monitor::oci_cli::features(runtime);
+        tracing::info!(
+            handler = %handler,
+            path = %runtime.path.display(),
+            version = %version,
+            recursive_read_only_mounts = features.recursive_read_only_mounts,
+            user_namespaces = features.user_namespaces,
+            features_unknown = features.unknown.as_deref().unwrap_or(""),
+            "runtime handler with an OCI runtime binary"
+        );
+        out.insert(handler.clone(), features);
+    }
+    Ok(out)
 }
 
 /// Starts crust's own metrics endpoint on `addr`.
@@ -267,7 +297,8 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
             "/sys/fs/cgroup".into(),
         ),
         default_handler: config.default_runtime_handler.clone(),
-        handlers: config.runtime_handlers.clone(),
+        handlers: config.handler_names(),
+        runtimes: config.oci_runtimes(),
         monitor_timeout: Duration::from_secs(10),
         pod_sysctls: crate::sandbox::PodSysctlDefaults {
             unprivileged_ports: config.network.enable_unprivileged_ports,

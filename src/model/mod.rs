@@ -9,6 +9,7 @@ mod container;
 mod id;
 mod namespaces;
 mod resources;
+mod runtime;
 mod security;
 
 pub use container::{
@@ -17,6 +18,7 @@ pub use container::{
 pub use id::new_id;
 pub use namespaces::{IdMaps, IdRange, NamespaceMode, UserNsRequest};
 pub use resources::{HugepageLimit, Resources};
+pub use runtime::OciRuntime;
 pub use security::{
     Capabilities, Profile, SecurityContext, SelinuxOptions, SupplementalGroupsPolicy,
 };

@@ -15,6 +15,7 @@
 //! removes them when it tears the pod down.
 
 pub mod client;
+pub mod oci_cli;
 mod pod_init;
 mod process;
 mod server;
@@ -115,7 +116,8 @@ pub enum Request {
     Ping,
     /// Kills every process of the pod, records the containers' exits, answers, and exits.
     Shutdown,
-    /// Creates a container through libcontainer (its process waits to be started); answers
+    /// Creates a container through libcontainer, or the pod handler's OCI runtime binary (its
+    /// process waits to be started); answers
     /// `Created`.
     Create(Box<CreateRequest>),
     /// Starts a created container; answers `Started`.
@@ -176,6 +178,10 @@ pub struct CreateRequest {
     /// kernel does it).
     pub cgroup_procs: Option<PathBuf>,
     pub own_pid_namespace: bool,
+    /// The OCI runtime binary of the pod's handler, which also runs the container's execs;
+    /// `None`: libcontainer (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::model::OciRuntime>,
 }
 
 /// A process to run in a running container (ExecSync).

@@ -42,7 +42,7 @@ use crate::model::{ContainerSpec, ResolvedUser};
 pub use capabilities::parse_capability;
 pub use process::exec_process;
 pub use resources::{container_resources, cri_resources, pod_resources};
-pub use seccomp::{SeccompProfile, parse_seccomp_profile};
+pub use seccomp::{SeccompProfile, masked_as_runc_reads, parse_seccomp_profile};
 pub use seccomp_default::default_profile as runtime_default_seccomp;
 pub use signal::{parse_signal, stop_signal};
 pub use user::{AccountFiles, resolve_user};

@@ -223,6 +223,43 @@ pub(crate) fn masked_eq(index: usize, mask: u64, datum: u64) -> LinuxSeccompArg 
         .unwrap_or_default()
 }
 
+/// The spec's masked comparisons rewritten the way runc and crun read them (mask in `value`,
+/// datum in `valueTwo`), for a handler whose containers a runtime binary runs: the spec is
+/// built for libcontainer, which reads them the other way round.
+pub fn masked_as_runc_reads(spec: &mut oci_spec::runtime::Spec) {
+    let Some(seccomp) = spec
+        .linux_mut()
+        .as_mut()
+        .and_then(|l| l.seccomp_mut().as_mut())
+    else {
+        return;
+    };
+    let swap = |arg: &LinuxSeccompArg| {
+        if arg.op() != LinuxSeccompOperator::ScmpCmpMaskedEq {
+            return *arg;
+        }
+        // libcontainer's: value = datum, valueTwo = mask.
+        LinuxSeccompArgBuilder::default()
+            .index(arg.index())
+            .value(arg.value_two().unwrap_or(0))
+            .value_two(arg.value())
+            .op(LinuxSeccompOperator::ScmpCmpMaskedEq)
+            .build()
+            .unwrap_or(*arg)
+    };
+    let syscalls = seccomp.syscalls().clone().map(|rules| {
+        rules
+            .into_iter()
+            .map(|mut rule| {
+                let args = rule.args().as_ref().map(|a| a.iter().map(swap).collect());
+                rule.set_args(args);
+                rule
+            })
+            .collect()
+    });
+    seccomp.set_syscalls(syscalls);
+}
+
 /// A profile's argument as runc reads it (mask in `value`), rewritten for libcontainer.
 fn runc_arg_to_libcontainer(arg: &LinuxSeccompArg) -> LinuxSeccompArg {
     if arg.op() == LinuxSeccompOperator::ScmpCmpMaskedEq {
@@ -375,6 +412,20 @@ mod tests {
             .find(|s| s.names()[0] == "clone");
         let arg = clone.and_then(|s| s.args().as_ref()).map(|a| a[0]).unwrap();
         assert_eq!((arg.value(), arg.value_two()), (0, Some(2_114_060_288)));
+        // And back the way runc and crun read them, for a handler that runs a binary.
+        let mut spec = oci_spec::runtime::Spec::default();
+        let mut linux = oci_spec::runtime::Linux::default();
+        linux.set_seccomp(Some(seccomp));
+        spec.set_linux(Some(linux));
+        masked_as_runc_reads(&mut spec);
+        let seccomp = spec.linux().as_ref().unwrap().seccomp().clone().unwrap();
+        let clone = seccomp
+            .syscalls()
+            .iter()
+            .flatten()
+            .find(|s| s.names()[0] == "clone");
+        let arg = clone.and_then(|s| s.args().as_ref()).map(|a| a[0]).unwrap();
+        assert_eq!((arg.value(), arg.value_two()), (2_114_060_288, Some(0)));
     }
 
     #[test]

@@ -146,6 +146,8 @@ pub struct SandboxContext {
     pub cgroups: CgroupSettings,
     pub default_handler: String,
     pub handlers: Vec<String>,
+    /// The handlers an OCI runtime binary runs (`runtimes`); the others are libcontainer's.
+    pub runtimes: std::collections::BTreeMap<String, crate::model::OciRuntime>,
     /// How long a monitor may take to start or to stop.
     pub monitor_timeout: Duration,
     /// The NRI plugins, told of each pod's life.

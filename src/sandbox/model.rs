@@ -141,6 +141,11 @@ pub struct SandboxRecord {
     pub phase: Phase,
     /// The resolved runtime handler.
     pub runtime_handler: String,
+    /// The OCI runtime binary that handler named when the pod was made (`runtimes`): its
+    /// containers all run under it, whatever the configuration says later. `None`:
+    /// libcontainer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::model::OciRuntime>,
     pub monitor: Option<Identity>,
     pub pins: NamespacePins,
     /// The pod cgroup, as the cgroup library names it.

@@ -165,6 +165,7 @@ impl SandboxRecord {
             created_at: 0,
             phase: Phase::Creating,
             runtime_handler: String::new(),
+            runtime: None,
             monitor: None,
             pins: crate::monitor::NamespacePins {
                 net: pin("net"),
@@ -208,6 +209,7 @@ mod tests {
             ),
             default_handler: "runc".into(),
             handlers: vec!["runc".into()],
+            runtimes: Default::default(),
             monitor_timeout: Duration::from_secs(1),
             pod_sysctls: Default::default(),
             history: Arc::new(crate::history::History::new(state)),

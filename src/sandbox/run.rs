@@ -224,6 +224,7 @@ fn plan(
         dir: ctx.sandbox_dir(&id),
         created_at: now_nanos(),
         phase: Phase::Creating,
+        runtime: ctx.runtimes.get(&handler).cloned(),
         runtime_handler: handler,
         monitor: None,
         pins,

@@ -1,4 +1,5 @@
-//! Releasing everything a container holds: its process (through the monitor), its cgroup,
+//! Releasing everything a container holds: its process (through the monitor), the runtime
+//! binary's state (`<runtime> delete --force`, for a handler that names one), its cgroup,
 //! libcontainer's state, its root filesystem and writable layer, its image hold, and last its
 //! directory with the record. Every step tolerates what is already gone, so the same function
 //! serves RemoveContainer's background reclaim, the rollback of a failed CreateContainer and
@@ -32,6 +33,12 @@ pub(in crate::container) async fn release(
     );
     let blocking = tokio::task::spawn_blocking(move || {
         let mut errors = Vec::new();
+        if let Some(runtime) = &record.runtime {
+            let log = ctx.container_dir(&id).join(crate::monitor::RUNTIME_LOG);
+            if let Err(e) = crate::monitor::oci_cli::delete(runtime, &id, &log) {
+                errors.push(format!("delete the container in {}: {e}", runtime.handler));
+            }
+        }
         let t = Timed::start("container cgroup removed");
         if let Err(e) = ctx.cgroups.remove(&cgroup) {
             errors.push(format!("remove cgroup: {e}"));

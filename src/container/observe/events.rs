@@ -79,6 +79,21 @@ impl Containers {
                  node: {why}"
             )));
         }
+        // A handler's binary without user namespaces (as its Status entry says).
+        let handler = match spec.runtime_handler.as_str() {
+            "" => self.sandboxes.context().default_handler.clone(),
+            named => named.to_owned(),
+        };
+        let binary = self.ctx.runtimes.get(&handler);
+        if let (Some(_), Some(runtime)) = (spec.id_maps(), binary) {
+            if !self.ctx.handler_features(&handler).user_namespaces {
+                return Err(crate::sandbox::SandboxError::HostLacks(format!(
+                    "namespace_options.userns_options: runtime handler {handler:?} ({}) does not \
+                     support user namespaces (its `features` report no id-mapped mounts)",
+                    runtime.path.display()
+                )));
+            }
+        }
         let id = self.sandboxes.run(spec).await?;
         self.publish(&id, EventKind::Created, &id);
         self.publish(&id, EventKind::Started, &id);

@@ -81,6 +81,8 @@ impl Containers {
             "stopSignal": record.stop_signal,
             "exit": record.exit,
             "cdiDevices": record.cdi_devices,
+            // The OCI runtime binary that runs it (`null`: libcontainer in the pod's monitor).
+            "runtime": record.runtime,
             "runtimeSpec": spec,
             "config": record.spec,
         })

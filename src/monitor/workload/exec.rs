@@ -20,7 +20,7 @@ use crate::monitor::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
-    let dir = {
+    let (dir, runtime) = {
         let workloads = monitor.workloads.borrow();
         let Some(w) = workloads.get(&req.id) else {
             return err(
@@ -31,7 +31,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         if !w.is_alive() {
             return err(Fault::State, format!("container {} is not running", req.id));
         }
-        w.dir().to_owned()
+        (w.dir().to_owned(), w.runtime().cloned())
     };
     let (theirs, out, errs) = match pipes() {
         Ok(p) => p,
@@ -44,6 +44,8 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         process: Box::new(req.process.clone()),
         stdio: theirs,
         console_socket: None,
+        runtime,
+        dir: dir.clone(),
     };
     let spawned = match worker::spawn(job, &dir.join(RUNTIME_LOG)) {
         Ok(s) => s,
@@ -58,6 +60,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
             let logged = worker::logged_errors(&dir.join(RUNTIME_LOG));
             return failed_as_logged(fault, error, &logged);
         }
+        Outcome::Done => return worker::no_pid(),
     };
     let exited = monitor.watch(pid, since);
     let timeout = req.timeout_ms.map(Duration::from_millis);

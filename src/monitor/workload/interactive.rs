@@ -30,7 +30,7 @@ pub async fn exec(
     mut read: OwnedReadHalf,
     mut write: OwnedWriteHalf,
 ) {
-    let dir = match running_container_dir(monitor, &req.id) {
+    let (dir, runtime) = match running_container_dir(monitor, &req.id) {
         Ok(d) => d,
         Err(reply) => return send(&mut write, &reply, &[]).await,
     };
@@ -54,6 +54,8 @@ pub async fn exec(
         process: Box::new(req.process.clone()),
         stdio,
         console_socket: console_socket.clone(),
+        runtime,
+        dir: dir.clone(),
     };
     let spawned = match worker::spawn(job, &dir.join(RUNTIME_LOG)) {
         Ok(s) => s,
@@ -81,6 +83,7 @@ pub async fn exec(
             let reply = failed_as_logged(fault, error, &logged);
             return send(&mut write, &reply, &[]).await;
         }
+        Outcome::Done => return send(&mut write, &worker::no_pid(), &[]).await,
     };
     let exited = monitor.watch(pid, since);
     send(&mut write, &Reply::Streaming { pid: pid.as_raw() }, &fds).await;
@@ -108,8 +111,12 @@ enum Theirs {
     Pipes(Vec<OwnedFd>),
 }
 
-/// The container's directory, if it is running.
-fn running_container_dir(monitor: &Monitor, id: &str) -> Result<std::path::PathBuf, Reply> {
+/// The container's directory and the binary that runs it (`None`: libcontainer), if it is
+/// running.
+fn running_container_dir(
+    monitor: &Monitor,
+    id: &str,
+) -> Result<(std::path::PathBuf, Option<crate::model::OciRuntime>), Reply> {
     let workloads = monitor.workloads.borrow();
     match workloads.get(id) {
         None => Err(err(
@@ -119,7 +126,7 @@ fn running_container_dir(monitor: &Monitor, id: &str) -> Result<std::path::PathB
         Some(w) if !w.is_alive() => {
             Err(err(Fault::State, format!("container {id} is not running")))
         }
-        Some(w) => Ok(w.dir().to_owned()),
+        Some(w) => Ok((w.dir().to_owned(), w.runtime().cloned())),
     }
 }
 

@@ -68,6 +68,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             let logged = worker::logged_errors(&req.dir.join(RUNTIME_LOG));
             return failed_as_logged(fault, error, &logged);
         }
+        Outcome::Done => return worker::no_pid(),
     };
     let attachers = logs::Attachers::default();
     // With a tty, stdin is the master: a copy stays for attachers (stdin and resizes).
@@ -186,8 +187,8 @@ fn relay_outputs(
     Ok(relays)
 }
 
-pub async fn start(monitor: &Monitor, id: &str) -> Reply {
-    let (runtime_dir, pid) = {
+pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
+    let (runtime_dir, runtime, dir, pid) = {
         let workloads = monitor.workloads.borrow();
         let Some(w) = workloads.get(id) else {
             return not_found(id);
@@ -204,9 +205,19 @@ pub async fn start(monitor: &Monitor, id: &str) -> Reply {
         if w.started_at.is_some() {
             return err(Fault::State, format!("container {id} is already running"));
         }
-        (w.req.runtime_root.join(id), w.pid)
+        (
+            w.req.runtime_root.join(id),
+            w.req.runtime.clone(),
+            w.req.dir.clone(),
+            w.pid,
+        )
     };
-    let started = libcontainer::container::Container::load(runtime_dir).and_then(|mut c| c.start());
+    let started = match runtime {
+        Some(runtime) => start_by_binary(monitor, runtime, id, dir).await,
+        None => libcontainer::container::Container::load(runtime_dir)
+            .and_then(|mut c| c.start())
+            .map_err(|e| e.to_string()),
+    };
     if let Err(e) = started {
         return err(Fault::Failed, format!("starting container {id}: {e}"));
     }
@@ -244,6 +255,29 @@ async fn left_crust(pid: Pid) {
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
+/// `<runtime> start` in a worker: the binary's own waiting process execs the program.
+async fn start_by_binary(
+    monitor: &Monitor,
+    runtime: crate::model::OciRuntime,
+    id: &str,
+    dir: PathBuf,
+) -> Result<(), String> {
+    let log = dir.join(RUNTIME_LOG);
+    let since = monitor.reap_seq();
+    let job = Job::Start {
+        runtime,
+        id: id.to_owned(),
+        dir,
+    };
+    let spawned =
+        worker::spawn(job, &log).map_err(|e| format!("starting a runtime worker: {e}"))?;
+    drop(monitor.watch(spawned.pid, since));
+    match spawned.outcome().await {
+        Outcome::Failed { error, .. } => Err(error),
+        Outcome::Done | Outcome::Pid(_) => Ok(()),
     }
 }
 

@@ -54,6 +54,11 @@ impl Workload {
         &self.req.dir
     }
 
+    /// The OCI runtime binary that runs it and its execs; `None`: libcontainer.
+    pub fn runtime(&self) -> Option<&crate::model::OciRuntime> {
+        self.req.runtime.as_ref()
+    }
+
     pub fn tty(&self) -> bool {
         self.req.tty
     }

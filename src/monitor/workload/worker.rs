@@ -1,5 +1,7 @@
 //! Runtime workers: for each libcontainer call that clones processes (creating a container,
-//! starting an exec), the monitor forks a worker, which makes the call and exits.
+//! starting an exec), the monitor forks a worker, which makes the call and exits. For a
+//! handler with an OCI runtime binary (`../../oci_cli.rs`) the worker runs the binary's
+//! `create`, `exec --detach` or `start` instead and waits for it.
 //!
 //! Why a process of its own: libcontainer changes the process that calls it (it writes
 //! `oom_score_adj`, makes it non-dumpable, changes directory, allocates) and clones the
@@ -26,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
 use super::exec_seccomp::SeccompExecutor;
+use crate::model::OciRuntime;
+use crate::monitor::oci_cli::{self, Streams};
 use crate::monitor::{CreateRequest, Fault};
 use crate::sys::{self, ForkResult};
 
@@ -60,6 +64,17 @@ pub enum Job {
         stdio: Stdio,
         /// Where the process's tty master is sent, for a process with a terminal.
         console_socket: Option<PathBuf>,
+        /// The binary that runs the container; `None`: libcontainer.
+        runtime: Option<OciRuntime>,
+        /// crust's directory for the container (the binary's log, process and pid files).
+        dir: PathBuf,
+    },
+    /// `<runtime> start`, for a container an OCI runtime binary created (libcontainer's start
+    /// is a write the monitor makes itself).
+    Start {
+        runtime: OciRuntime,
+        id: String,
+        dir: PathBuf,
     },
 }
 
@@ -68,7 +83,12 @@ pub enum Job {
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Pid(i32),
-    Failed { fault: Fault, error: String },
+    /// The job is done and made no process (`Start`).
+    Done,
+    Failed {
+        fault: Fault,
+        error: String,
+    },
 }
 
 /// A worker that runs: its pid and the read end of its result pipe.
@@ -147,19 +167,77 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
             req,
             stdio,
             console_socket,
-        } => create(&req, stdio, console_socket),
+        } => match &req.runtime {
+            Some(runtime) => by_pid(oci_cli::create(
+                runtime,
+                &req.id,
+                &req.bundle,
+                &req.dir,
+                stdio.into(),
+                console_socket.as_deref(),
+            )),
+            None => create(&req, stdio, console_socket),
+        },
         Job::Exec {
             id,
             runtime_root,
             process,
             stdio,
             console_socket,
-        } => exec(&id, &runtime_root, &process, stdio, console_socket),
+            runtime,
+            dir,
+        } => match runtime {
+            Some(runtime) => by_pid(oci_cli::exec(
+                &runtime,
+                &id,
+                &dir,
+                &process,
+                stdio.into(),
+                console_socket.as_deref(),
+            )),
+            None => exec(&id, &runtime_root, &process, stdio, console_socket),
+        },
+        Job::Start { runtime, id, dir } => match oci_cli::start(&runtime, &id, &dir) {
+            Ok(()) => Outcome::Done,
+            Err(error) => Outcome::Failed {
+                fault: classify(&error),
+                error,
+            },
+        },
     };
     let mut line = serde_json::to_vec(&outcome).unwrap_or_default();
     line.push(b'\n');
     let _ = File::from(result).write_all(&line);
     sys::exit_now(0)
+}
+
+impl From<Stdio> for Streams {
+    fn from(s: Stdio) -> Streams {
+        Streams {
+            stdin: s.stdin,
+            stdout: s.stdout,
+            stderr: s.stderr,
+        }
+    }
+}
+
+/// A binary's answer as a worker's: the pid, or its failure with what it logged.
+fn by_pid(result: Result<i32, String>) -> Outcome {
+    match result {
+        Ok(pid) => Outcome::Pid(pid),
+        Err(error) => Outcome::Failed {
+            fault: classify(&error),
+            error,
+        },
+    }
+}
+
+/// The reply to a worker that answered `Done` where a pid was due (a bug).
+pub(in crate::monitor) fn no_pid() -> crate::monitor::Reply {
+    crate::monitor::state::err(
+        Fault::Failed,
+        "the runtime worker made no process".to_owned(),
+    )
 }
 
 /// libcontainer reports through `tracing`; its warnings and errors (and those of the
@@ -397,10 +475,13 @@ fn render(e: &dyn std::error::Error) -> String {
 /// Whether libcontainer's failure is the request's fault: a command or working directory
 /// that the image does not have is something the user fixes, not the node.
 pub(in crate::monitor) fn classify(error: &str) -> Fault {
-    const REQUEST_FAULTS: [&str; 3] = [
+    // libcontainer's, then runc's and crun's words for a working directory that is not there.
+    const REQUEST_FAULTS: [&str; 5] = [
         "not found in $PATH",
         "PATH environment variable is not set",
         "failed to chdir",
+        "set in config.json failed",
+        "chdir to `",
     ];
     // The container's init reports to the worker in text: the errno's own words are all
     // that is left of a full disk by then (as `Display` and in libcontainer's `Debug`).
@@ -425,6 +506,11 @@ mod tests {
             Fault::Invalid
         );
         assert_eq!(classify("failed to mount proc: EPERM"), Fault::Failed);
+        let runc = "runc create failed: unable to start container process: chdir to cwd \
+                    (\"/nope\") set in config.json failed: no such file or directory";
+        assert_eq!(classify(runc), Fault::Invalid);
+        let crun = "chdir to `/nope`: No such file or directory";
+        assert_eq!(classify(crun), Fault::Invalid);
         assert_eq!(
             classify(
                 "mkdirat sys: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"

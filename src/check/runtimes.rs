@@ -1,0 +1,48 @@
+//! The runtime handlers: libcontainer's, and each one an OCI runtime binary runs
+//! (`[runtimes.<handler>]`): the binary found, its version, and what `<runtime> features`
+//! reports (what Status tells kubelet for that handler).
+
+use super::Finding;
+use crate::config::Config;
+use crate::monitor::oci_cli;
+
+/// One finding per handler, in the order pods may name them.
+pub fn handlers(config: &Config) -> Vec<Finding> {
+    let runtimes = config.oci_runtimes();
+    config
+        .handler_names()
+        .into_iter()
+        .map(|name| {
+            let default = if name == config.default_runtime_handler {
+                " (default)"
+            } else {
+                ""
+            };
+            match runtimes.get(&name) {
+                None => Finding::Ok(format!(
+                    "{name}{default}: libcontainer in the pod's monitor"
+                )),
+                Some(runtime) => binary(&format!("{name}{default}"), runtime),
+            }
+        })
+        .collect()
+}
+
+fn binary(name: &str, runtime: &crate::model::OciRuntime) -> Finding {
+    let path = runtime.path.display();
+    let version = match oci_cli::version(runtime) {
+        Ok(v) => v,
+        Err(e) => return Finding::Fail(format!("{name}: {e}")),
+    };
+    let f = oci_cli::features(runtime);
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let detail = format!(
+        "{name}: {path} ({version}); recursive read-only mounts: {}, user namespaces: {}",
+        yes(f.recursive_read_only_mounts),
+        yes(f.user_namespaces)
+    );
+    match f.unknown {
+        None => Finding::Ok(detail),
+        Some(why) => Finding::Warn(format!("{detail} ({why})")),
+    }
+}
