@@ -307,7 +307,11 @@ async fn a_plugin_connecting_after_a_restart_sees_the_updated_limits() {
     });
     let limits: Value = serde_json::from_str(sync["detail"].as_str().unwrap()).unwrap();
     let limit = limits[id.as_str()]["memory"]["limit"]["value"].to_string();
-    assert_eq!(limit.trim_matches('"'), (96u64 << 20).to_string(), "{limits}");
+    assert_eq!(
+        limit.trim_matches('"'),
+        (96u64 << 20).to_string(),
+        "{limits}"
+    );
     e.end_pod(&pod.0).await;
 }
 

@@ -10,8 +10,8 @@ use nix::sys::signal::Signal;
 
 use super::exits::Gone;
 use crate::container::monitor_of;
-use crate::monitor::MonitorError;
 use crate::container::{ContainerError, Containers, Held, Phase, detached};
+use crate::monitor::MonitorError;
 
 /// How long a container may take to die after SIGKILL before stopping it is an error.
 const KILL_GRACE: Duration = Duration::from_secs(10);
