@@ -438,6 +438,57 @@ async fn pod_sandbox_resources_reach_the_live_pod_cgroup() {
     e.d.assert_clean();
 }
 
+/// A pod in the cgroup kubelet makes for it (`.../pod<uid>`), which kubelet sizes itself:
+/// UpdatePodSandboxResources reaches NRI and the record, and leaves crust's own cgroup inside
+/// it unlimited, so that a resize below a container's quota is not refused (cgroup v1: a
+/// child's quota may not exceed its parent's; kubelet sent this one before the containers'
+/// and was refused, over and over, in the node suite's in-place resize specs).
+#[tokio::test]
+async fn a_resize_leaves_the_pod_cgroup_kubelet_sizes_to_kubelet() {
+    let h = hierarchy();
+    let mut e = Env::start().await;
+    let mut config = pod_config("kubelet-sized");
+    let uid = config.metadata.as_ref().unwrap().uid.clone();
+    let parent = format!("{}/pod{uid}", e.d.cgroup_parent);
+    config.linux = Some(pb::LinuxPodSandboxConfig {
+        cgroup_parent: parent.clone(),
+        ..Default::default()
+    });
+    let pod = (run_pod(&mut e.c, config.clone()).await, config);
+    let mut main = e.config("main", &["sleep", "600"]);
+    main.linux.as_mut().unwrap().resources = Some(limits(64 << 20, 64 << 20, 512, 50_000));
+    let id = e.run(&pod, main).await;
+    e.c.update_pod_sandbox_resources(pb::UpdatePodSandboxResourcesRequest {
+        pod_sandbox_id: pod.0.clone(),
+        resources: Some(limits(32 << 20, 0, 256, 20_000)),
+        overhead: None,
+    })
+    .await
+    .unwrap();
+    let pod_cgroup = format!("{parent}/crust-{}", pod.0);
+    let cpu = Daemon::cgroup_dir(&pod_cgroup, "cpu");
+    match h {
+        Hierarchy::V2 => assert!(read(&cpu, "cpu.max").starts_with("max "), "{cpu:?}"),
+        Hierarchy::V1 => assert_eq!(read(&cpu, "cpu.cfs_quota_us"), "-1"),
+    }
+    assert_limits(
+        h,
+        e.info(&id).await["cgroup"].as_str().unwrap(),
+        64 << 20,
+        64 << 20,
+        512,
+        50_000,
+    );
+    stop_pod(&mut e.c, &pod.0).await;
+    remove_pod(&mut e.c, &pod.0).await;
+    for root in daemon::cgroup_roots() {
+        let dir = root.join(parent.trim_start_matches('/'));
+        assert!(!dir.join(format!("crust-{}", pod.0)).exists(), "{dir:?}");
+        let _ = std::fs::remove_dir(&dir);
+    }
+    e.d.assert_clean();
+}
+
 /// The directory of a systemd-driver cgroup name (`slice:crust:id`) on cgroup v2.
 fn systemd_dir(name: &str) -> PathBuf {
     let mut parts = name.splitn(3, ':');

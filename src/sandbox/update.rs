@@ -4,7 +4,13 @@
 //!
 //! With the systemd driver crust has no cgroup of its own around the pod: the pod's cgroup is
 //! the slice kubelet made and sizes itself (crust's scopes sit in it side by side), so there
-//! is nothing of crust's to change there.
+//! is nothing of crust's to change there. With cgroupfs, when the pod's cgroup parent is the
+//! cgroup kubelet made for this pod (`.../pod<uid>`), kubelet sizes that one with the same
+//! figures, and crust leaves its own inside it unlimited, as containerd and CRI-O leave theirs
+//! (they only tell NRI): a second copy of the CPU quota there refuses kubelet's resizes on
+//! cgroup v1, where a child's quota may exceed neither its parent's nor be below a child's,
+//! and kubelet changes the containers, its pod cgroup and this call one after the other. A
+//! pod in another parent (crictl's) gets the limits on crust's cgroup, the only one it has.
 //!
 //! NRI plugins hear UpdatePodSandbox before the cgroup changes (an error fails the request, as
 //! in containerd 2.3) and PostUpdatePodSandbox after; the record keeps the new figures, which
@@ -48,6 +54,8 @@ impl Sandboxes {
                 })?;
             if cgroups.driver == CgroupDriver::Systemd {
                 tracing::info!("pod resources are kubelet's slice's with the systemd driver");
+            } else if sized_by_kubelet(&record) {
+                tracing::info!("pod resources are kubelet's pod cgroup's");
             } else {
                 let path = record.cgroup.clone();
                 tokio::task::spawn_blocking(move || cgroups.apply(&path, &linux))
@@ -69,4 +77,17 @@ impl Sandboxes {
         })
         .await
     }
+}
+
+/// Whether the pod's cgroup parent is the one kubelet made for this pod (`pod<uid>`, under
+/// kubepods or a QoS class), which kubelet sizes itself.
+fn sized_by_kubelet(record: &SandboxRecord) -> bool {
+    let uid = &record.spec.metadata.uid;
+    let last = record
+        .spec
+        .cgroup_parent
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next();
+    !uid.is_empty() && last.and_then(|l| l.strip_prefix("pod")) == Some(uid.as_str())
 }
