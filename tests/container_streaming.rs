@@ -12,47 +12,13 @@ use common::workload::Env;
 use common::*;
 use crust::cri::pb;
 
-/// crictl against the test daemon.
-fn crictl_cmd(e: &Env, args: &[&str]) -> Command {
-    let mut c = Command::new(crictl());
-    c.arg("--runtime-endpoint")
-        .arg(format!("unix://{}", e.d.socket.display()))
-        .arg("--timeout")
-        .arg("20s")
-        .args(args);
-    c
-}
-
-fn run_crictl(e: &Env, args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = crictl_cmd(e, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn exec_over_both_transports_with_output_stdin_and_exit_codes() {
     let mut e = Env::start().await;
     let pod = e.pod("exec").await;
     let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
     for transport in ["spdy", "websocket"] {
-        let (code, out, err) = run_crictl(
-            &e,
+        let (code, out, err) = e.crictl(
             &[
                 "exec",
                 "--transport",
@@ -71,8 +37,7 @@ async fn exec_over_both_transports_with_output_stdin_and_exit_codes() {
             "{transport}: the exit code reaches the client: {err}"
         );
         assert_ne!(code, 0);
-        let (code, out, err) = run_crictl(
-            &e,
+        let (code, out, err) = e.crictl(
             &["exec", "-i", "--transport", transport, &id, "cat"],
             "from stdin\n",
         );
@@ -114,7 +79,8 @@ async fn an_exec_dies_with_its_client() {
     let mut e = Env::start().await;
     let pod = e.pod("hangup").await;
     let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
-    let mut client = crictl_cmd(&e, &["exec", &id, "sleep", "777"])
+    let mut client = e
+        .crictl_cmd(&["exec", &id, "sleep", "777"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -151,7 +117,7 @@ async fn attachers_share_the_output_and_stdin_once_ends_the_container() {
         .await;
     // Two attachers at once, one per transport, each sees the container's output.
     let attach = |transport: &str| {
-        crictl_cmd(&e, &["attach", "--transport", transport, &ticker])
+        e.crictl_cmd(&["attach", "--transport", transport, &ticker])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -171,7 +137,7 @@ async fn attachers_share_the_output_and_stdin_once_ends_the_container() {
     config.stdin = true;
     config.stdin_once = true;
     let shell = e.run(&pod, config).await;
-    let (code, out, err) = run_crictl(&e, &["attach", "-i", &shell], "echo hello from attach\n");
+    let (code, out, err) = e.crictl(&["attach", "-i", &shell], "echo hello from attach\n");
     assert_eq!((code, out.as_str()), (0, "hello from attach\n"), "{err}");
     let s = e.wait_exit(&shell, Duration::from_secs(10)).await;
     assert_eq!(s.exit_code, 0, "the shell saw its stdin end");

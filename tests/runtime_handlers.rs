@@ -24,38 +24,6 @@ fn binary(handler: &str) -> PathBuf {
     path.unwrap_or_else(|| panic!("{handler} is not installed (apt-get install {handler})"))
 }
 
-fn crictl_cmd(e: &Env, args: &[&str]) -> Command {
-    let mut c = Command::new(crictl());
-    c.arg("--runtime-endpoint")
-        .arg(format!("unix://{}", e.d.socket.display()))
-        .arg("--timeout")
-        .arg("20s")
-        .args(args);
-    c
-}
-
-fn run_crictl(e: &Env, args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = crictl_cmd(e, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A hybrid cgroup host (v1 controllers, a v2 hierarchy beside them) whose v2 hierarchy holds
 /// a controller.
 fn hybrid_with_v2_controllers() -> bool {
@@ -268,10 +236,10 @@ async fn a_pod_runs_under(handler: &str) {
     }
 
     // Streaming exec: output, stdin, and a tty.
-    let (code, out, err) = run_crictl(&e, &["exec", &main, "sh", "-c", "echo out; exit 4"], "");
+    let (code, out, err) = e.crictl(&["exec", &main, "sh", "-c", "echo out; exit 4"], "");
     assert_eq!(out, "out\n", "{err}");
     assert_ne!(code, 0);
-    let (code, out, err) = run_crictl(&e, &["exec", "-i", &main, "cat"], "from stdin\n");
+    let (code, out, err) = e.crictl(&["exec", "-i", &main, "cat"], "from stdin\n");
     assert_eq!((code, out.as_str()), (0, "from stdin\n"), "{err}");
     let inner = format!(
         "{} --runtime-endpoint unix://{} exec -it {main} sh -c 'tty; echo in-tty'",
@@ -312,7 +280,7 @@ async fn a_pod_runs_under(handler: &str) {
     config.stdin = true;
     config.stdin_once = true;
     let shell = e.run(&pod, config).await;
-    let (code, out, err) = run_crictl(&e, &["attach", "-i", &shell], "echo hello from attach\n");
+    let (code, out, err) = e.crictl(&["attach", "-i", &shell], "echo hello from attach\n");
     assert_eq!((code, out.as_str()), (0, "hello from attach\n"), "{err}");
     assert_eq!(
         e.wait_exit(&shell, Duration::from_secs(10)).await.exit_code,

@@ -414,6 +414,42 @@ impl Env {
             .containers
     }
 
+    /// crictl against the test daemon.
+    pub fn crictl_cmd(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new(super::tools::crictl());
+        c.arg("--runtime-endpoint")
+            .arg(format!("unix://{}", self.d.socket.display()))
+            .arg("--timeout")
+            .arg("20s")
+            .args(args);
+        c
+    }
+
+    /// Runs crictl with `stdin`; returns its exit code, stdout and stderr.
+    pub fn crictl(&self, args: &[&str], stdin: &str) -> (i32, String, String) {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut child = self
+            .crictl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Starts the daemon again (after a kill) and connects to it.
     pub async fn relaunch(&mut self) {
         self.d.launch();
