@@ -226,6 +226,26 @@ fn crust_id(status: &Value, name: &str) -> String {
         .to_owned()
 }
 
+/// Waits (2 min at most) until crust has no pod sandbox left, once kubelet's pods went.
+async fn wait_no_pods(c: &mut common::Client, k: &Kubelet) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pods left; kubelet log:\n{}",
+            k.log_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 fn crictl(e: &Env, args: &[&str]) -> String {
     let out = Command::new(common::tools::crictl())
         .arg("--runtime-endpoint")
@@ -819,22 +839,7 @@ async fn kubelet_gives_device_plugin_devices_through_cdi() {
 
     k.remove("gpu");
     k.remove("greedy");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !c
-        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items
-        .is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "pods left; kubelet log:\n{}",
-            k.log_tail()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    wait_no_pods(&mut c, &k).await;
 }
 
 /// A kubelet whose pods run under the runtime handler `runc`, Debian's runc binary
@@ -875,22 +880,7 @@ async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
 
     k.remove("oci");
     let mut c = e.d.client().await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !c
-        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items
-        .is_empty()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "pod left; kubelet log:\n{}",
-            k.log_tail()
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    wait_no_pods(&mut c, &k).await;
     let state = e.d.state.join("runtimes/runc");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !common::Daemon::entries(&state).is_empty() {
