@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::tools::crictl;
 use common::workload::Env;
 use common::*;
 use crust::cri::pb;
@@ -56,18 +55,7 @@ async fn exec_with_a_tty_through_a_pseudo_terminal() {
     let mut e = Env::start().await;
     let pod = e.pod("tty").await;
     let id = e.run(&pod, e.config("main", &["sleep", "600"])).await;
-    // `script` gives crictl a terminal, as a person at one would.
-    let inner = format!(
-        "{} --runtime-endpoint unix://{} exec -it {id} sh -c 'tty; echo in-tty'",
-        crictl().display(),
-        e.d.socket.display()
-    );
-    let out = Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = e.crictl_tty_exec(&id, "tty; echo in-tty");
     assert!(text.contains("/dev/pts/"), "a terminal inside: {text}");
     assert!(text.contains("in-tty"), "{text}");
     stop_pod(&mut e.c, &pod.0).await;

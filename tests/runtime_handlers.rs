@@ -7,10 +7,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::tools::crictl;
 use common::workload::{self, Env, tail};
 use common::*;
 use crust::cri::pb;
@@ -241,17 +240,7 @@ async fn a_pod_runs_under(handler: &str) {
     assert_ne!(code, 0);
     let (code, out, err) = e.crictl(&["exec", "-i", &main, "cat"], "from stdin\n");
     assert_eq!((code, out.as_str()), (0, "from stdin\n"), "{err}");
-    let inner = format!(
-        "{} --runtime-endpoint unix://{} exec -it {main} sh -c 'tty; echo in-tty'",
-        crictl().display(),
-        e.d.socket.display()
-    );
-    let out = Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = e.crictl_tty_exec(&main, "tty; echo in-tty");
     assert!(
         text.contains("/dev/pts/") && text.contains("in-tty"),
         "{text}"

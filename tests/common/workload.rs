@@ -450,6 +450,22 @@ impl Env {
         )
     }
 
+    /// `crictl exec -it <id> <script>` with a terminal, as a person at one would run it
+    /// (`script` gives crictl one); returns what it printed.
+    pub fn crictl_tty_exec(&self, id: &str, script: &str) -> String {
+        let inner = format!(
+            "{} --runtime-endpoint unix://{} exec -it {id} sh -c '{script}'",
+            super::tools::crictl().display(),
+            self.d.socket.display()
+        );
+        let out = std::process::Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Starts the daemon again (after a kill) and connects to it.
     pub async fn relaunch(&mut self) {
         self.d.launch();
