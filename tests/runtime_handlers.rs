@@ -30,27 +30,6 @@ fn hybrid_with_v2_controllers() -> bool {
         .is_ok_and(|c| !c.trim().is_empty())
 }
 
-/// A pod as kubelet makes one, under `handler`.
-async fn pod_under(e: &mut Env, name: &str, handler: &str) -> (String, pb::PodSandboxConfig) {
-    let mut config = pod_config(name);
-    with_namespaces(
-        &mut config,
-        pb::NamespaceMode::Pod,
-        pb::NamespaceMode::Container,
-        pb::NamespaceMode::Pod,
-    );
-    config.log_directory = e.d.dir.join("logs").join(name).display().to_string();
-    let mut req = run_request(config.clone());
-    req.runtime_handler = handler.into();
-    let id =
-        e.c.run_pod_sandbox(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .pod_sandbox_id;
-    (id, config)
-}
-
 /// Waits until the container's log holds `record` (`stdout F hello`).
 async fn wait_logged(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str, record: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -160,7 +139,7 @@ async fn a_pod_runs_under(handler: &str) {
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
         assert!(err.message().contains("user namespaces"), "{err:?}");
     }
-    let pod = pod_under(&mut e, "cli", handler).await;
+    let pod = e.pod_under("cli", handler).await;
 
     // A container with output, run by the binary: its state is under crust's root for it.
     let created = e
@@ -386,7 +365,7 @@ async fn an_unknown_handler_is_refused_and_a_missing_binary_stops_the_start() {
 async fn a_pod_keeps_its_binary_across_a_configuration_change() {
     let table = "\n[runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\n";
     let mut e = Env::start_with(|d| d.append_config(table)).await;
-    let pod = pod_under(&mut e, "kept", "runc").await;
+    let pod = e.pod_under("kept", "runc").await;
     let before = e.run(&pod, e.config("before", &["sleep", "600"])).await;
     e.d.kill9();
     let text = std::fs::read_to_string(&e.d.config).unwrap();

@@ -403,15 +403,19 @@ mod tests {
 
     #[test]
     fn masked_comparisons_are_written_for_libcontainer() {
+        // clone's first argument rule: its (value, value_two)
+        let clone_arg = |seccomp: &LinuxSeccomp| {
+            let clone = seccomp
+                .syscalls()
+                .iter()
+                .flatten()
+                .find(|s| s.names()[0] == "clone");
+            let arg = clone.and_then(|s| s.args().as_ref()).map(|a| a[0]).unwrap();
+            (arg.value(), arg.value_two())
+        };
         let profile = parse_seccomp_profile("/d.json", DOCKER_STYLE).unwrap();
         let seccomp = profile.resolve(&HashSet::new());
-        let clone = seccomp
-            .syscalls()
-            .iter()
-            .flatten()
-            .find(|s| s.names()[0] == "clone");
-        let arg = clone.and_then(|s| s.args().as_ref()).map(|a| a[0]).unwrap();
-        assert_eq!((arg.value(), arg.value_two()), (0, Some(2_114_060_288)));
+        assert_eq!(clone_arg(&seccomp), (0, Some(2_114_060_288)));
         // And back the way runc and crun read them, for a handler that runs a binary.
         let mut spec = oci_spec::runtime::Spec::default();
         let mut linux = oci_spec::runtime::Linux::default();
@@ -419,13 +423,7 @@ mod tests {
         spec.set_linux(Some(linux));
         masked_as_runc_reads(&mut spec);
         let seccomp = spec.linux().as_ref().unwrap().seccomp().clone().unwrap();
-        let clone = seccomp
-            .syscalls()
-            .iter()
-            .flatten()
-            .find(|s| s.names()[0] == "clone");
-        let arg = clone.and_then(|s| s.args().as_ref()).map(|a| a[0]).unwrap();
-        assert_eq!((arg.value(), arg.value_two()), (2_114_060_288, Some(0)));
+        assert_eq!(clone_arg(&seccomp), (2_114_060_288, Some(0)));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::oci_build::{Comp, Node, busybox_layer, dir, file, image, tar};
 use super::registry::{Auth, Registry};
-use super::{Client, Daemon, pod_config, run_pod, with_namespaces};
+use super::{Client, Daemon, pod_config, run_request, with_namespaces};
 
 /// busybox applets the tests call by name (busybox-static runs them in-process from `sh`,
 /// but an exec or a command names a file).
@@ -148,6 +148,11 @@ impl Env {
     /// A pod as kubelet makes one (each container has a PID namespace of its own), with a log
     /// directory of its own; returns its id and its config.
     pub async fn pod(&mut self, name: &str) -> (String, pb::PodSandboxConfig) {
+        self.pod_under(name, "").await
+    }
+
+    /// Like `pod`, under the runtime handler `handler` ("": the default).
+    pub async fn pod_under(&mut self, name: &str, handler: &str) -> (String, pb::PodSandboxConfig) {
         let mut config = pod_config(name);
         with_namespaces(
             &mut config,
@@ -156,7 +161,15 @@ impl Env {
             pb::NamespaceMode::Pod,
         );
         config.log_directory = self.d.dir.join("logs").join(name).display().to_string();
-        let id = run_pod(&mut self.c, config.clone()).await;
+        let mut req = run_request(config.clone());
+        req.runtime_handler = handler.into();
+        let id = self
+            .c
+            .run_pod_sandbox(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .pod_sandbox_id;
         (id, config)
     }
 
