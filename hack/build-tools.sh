@@ -10,7 +10,7 @@
 #               services mode looks for it there)
 #   cluster     kube-apiserver, kube-controller-manager,     hack/tools/cluster/go.mod
 #               kube-scheduler, kube-proxy, kubelet, kubectl,
-#               e2e.test, ginkgo, agnhost, etcd (the test
+#               e2e.test, ginkgo, agnhost, etcd, sample-apiserver (the test
 #               cluster of hack/cluster.sh and its
 #               conformance suite)
 #   coredns     coredns (the cluster's DNS addon, only the   hack/tools/coredns/go.mod
@@ -57,7 +57,7 @@ binaries() {
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     e2e-node) echo e2e_node.test ginkgo agnhost kubelet ;;
     cluster) echo kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl \
-      etcd ginkgo agnhost e2e.test ;;
+      etcd ginkgo agnhost sample-apiserver e2e.test ;;
     coredns) echo coredns ;;
   esac
 }
@@ -119,7 +119,7 @@ build_into() { # name outdir version
       # Every Kubernetes binary carries the same version stamp (kubectl version, the nodes'
       # kubeletVersion and the suite's header show it); the suite last, as it takes longest.
       # etcd is the release its own go.mod names (its version is a constant of its api module);
-      # agnhost static, as its image has no libc of its own.
+      # agnhost and sample-apiserver static, as their images have no libc of their own.
       local ld cmd
       ld=$(k8s_ldflags "$v")
       for cmd in kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do
@@ -129,6 +129,8 @@ build_into() { # name outdir version
       go build -trimpath -o "$out/ginkgo" github.com/onsi/ginkgo/v2/ginkgo || return
       CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/agnhost" \
         k8s.io/kubernetes/test/images/agnhost || return
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/sample-apiserver" \
+        k8s.io/sample-apiserver || return
       go test -c -trimpath -ldflags "$ld" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
       ;;
     coredns)

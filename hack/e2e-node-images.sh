@@ -33,7 +33,7 @@ log() { echo "e2e-node-images: $*" >&2; }
 
 registry=${OFFLINE_REGISTRY:-$top/../shared/tools/offline-registry.sh}
 [ -f "$registry" ] || fail "offline registry script not found at $registry (set OFFLINE_REGISTRY)"
-for t in skopeo curl jq ldd apt-get dpkg tar gzip sha256sum; do
+for t in skopeo curl jq ldd apt-get dpkg tar gzip sha256sum dig nslookup getent; do
   command -v "$t" >/dev/null || fail "$t is missing (hack/install-deps.sh test installs it)"
 done
 addr=127.0.0.1:5000
@@ -208,19 +208,30 @@ EOF2
   gcc -static -O2 -s -Wall -o "$S/bin/sh" "$work/build/src/sh.c" || fail "building sh"
 }
 
-make_tools() { # curl, nc and bash, as agnhost's image installs them
+make_tools() { # curl, nc, bash and the DNS tools, as agnhost's image installs them
   local T=$L/tools nc
   copy_with_libs "$(command -v curl)" "$T" /usr/bin/curl
   copy_with_libs /bin/bash "$T" /bin/bash
   nc=$(deb netcat-openbsd)/bin/nc.openbsd
   copy_with_libs "$nc" "$T" /usr/bin/nc
+  dns_tools "$T"
+}
+
+# dig and nslookup (bind-tools in agnhost's Alpine, dnsutils in glibc-dns-testing's Debian) and
+# glibc's getent: the cluster suite's DNS specs query every record with `dig +search` and the
+# pod's /etc/hosts with `getent hosts`. In /usr/bin, ahead of busybox's nslookup (/bin) on PATH.
+dns_tools() { # layer root
+  copy_with_libs "$(command -v dig)" "$1" /usr/bin/dig
+  copy_with_libs "$(command -v nslookup)" "$1" /usr/bin/nslookup
+  copy_with_libs "$(command -v getent)" "$1" /usr/bin/getent
+  mkdir -p "$1/etc"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$1/etc/nsswitch.conf"
 }
 
 make_glibc_dns() { # glibc-dns-testing: Debian's hostname (hostname -f through glibc's resolver)
   local G=$L/glibc-dns
   copy_with_libs "$(command -v hostname)" "$G" /bin/hostname
-  mkdir -p "$G/etc"
-  printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$G/etc/nsswitch.conf"
+  dns_tools "$G"
 }
 
 make_agnhost() {

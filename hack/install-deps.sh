@@ -20,8 +20,10 @@ case $purpose in
   # skopeo, curl, gcc and libc6-dev (its static stand-ins); hack/critest.sh reads critest's
   # report with jq; flock (util-linux) guards the tool cache. The fuzz targets (hack/fuzz.sh) build
   # libFuzzer: g++. RuntimeClass handlers run by an OCI runtime binary
-  # (tests/runtime_handlers.rs): crun and runc.
-  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++" ;;
+  # (tests/runtime_handlers.rs): crun and runc. The e2e suites' stand-in images carry dig and
+  # nslookup, as the upstream agnhost and glibc-dns-testing do (the DNS specs query with them):
+  # bind9-dnsutils, whose binaries and libraries hack/e2e-node-images.sh copies.
+  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++ bind9-dnsutils" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
   # the kubelet benchmark reads kubelet's /pods with jq.

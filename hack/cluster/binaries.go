@@ -10,16 +10,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 )
 
 // Binaries holds the absolute path of every binary the cluster runs.
 type Binaries struct {
 	ToolsDir, CoreDNSDir, CrustSource string
+	// ContainerdDir holds containerd and its runc shim (hack/build-tools.sh containerd), when the
+	// nodes run containerd.
+	ContainerdDir string
 }
 
 var kubeBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-	"kubelet", "kube-proxy", "kubectl"}
+	"kubelet", "kube-proxy", "kubectl", "sample-apiserver"}
 
 func (b Binaries) Path(name string) string { return filepath.Join(b.ToolsDir, name) }
 
@@ -27,11 +31,22 @@ func (b Binaries) Path(name string) string { return filepath.Join(b.ToolsDir, na
 func (c *Cluster) Crust() string { return filepath.Join(c.BaseDir, "bin", "crust") }
 
 // Check fails naming the first binary that is missing.
-func (b Binaries) Check() error {
+func (b Binaries) Check(c *Cluster) error {
 	for _, name := range kubeBinaries {
 		if err := executable(b.Path(name)); err != nil {
 			return fmt.Errorf("%w (hack/build-tools.sh cluster builds it)", err)
 		}
+	}
+	if c.Runtime == "containerd" {
+		for _, name := range []string{"containerd", "containerd-shim-runc-v2"} {
+			if err := executable(filepath.Join(b.ContainerdDir, name)); err != nil {
+				return fmt.Errorf("%w (hack/build-tools.sh containerd builds it)", err)
+			}
+		}
+		if _, err := exec.LookPath("runc"); err != nil {
+			return fmt.Errorf("runc, which containerd's shim runs, is missing (hack/install-deps.sh test)")
+		}
+		return nil
 	}
 	if err := executable(b.CrustSource); err != nil {
 		return fmt.Errorf("%w (cargo build --release --bins)", err)

@@ -221,3 +221,24 @@ func PushBinaryImage(c *Cluster, ref, bin string) error {
 	}
 	return pushImage(c, dir, digest, ref)
 }
+
+// SampleAPIServerImage is the image the Aggregator spec registers an aggregated API server
+// with (test/utils/image/manifest.go's APIServer); its etcd sidecar runs ControlPlaneImages'
+// etcd, /usr/local/bin/etcd.
+const SampleAPIServerImage = "registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2"
+
+// PushSuiteImages pushes the images of the conformance suite that are binaries of the
+// cluster's module: sample-apiserver (static, at /sample-apiserver as its Dockerfile puts it)
+// and etcd.
+func PushSuiteImages(c *Cluster, b Binaries) error {
+	dir := filepath.Join(c.BaseDir, "images", "sample-apiserver")
+	bin := b.Path("sample-apiserver")
+	digest, err := binaryImage(dir, []imageFile{{"/sample-apiserver", bin}}, "/sample-apiserver", nil)
+	if err != nil {
+		return fmt.Errorf("building the sample-apiserver image: %w", err)
+	}
+	if err := pushImage(c, dir, digest, SampleAPIServerImage); err != nil {
+		return fmt.Errorf("pushing %s: %w", SampleAPIServerImage, err)
+	}
+	return PushBinaryImage(c, ControlPlaneImages["etcd"], b.Path("etcd"))
+}

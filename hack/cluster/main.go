@@ -3,7 +3,7 @@
 // kubelet and kube-proxy (docs/cluster.md). hack/cluster.sh builds it and passes the binaries'
 // directories.
 //
-//	cluster [flags] up|down|status|smoke|e2e
+//	cluster [flags] up|down|status|smoke|e2e|life
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -37,15 +38,18 @@ func cli(args []string) error {
 	tools := fs.String("tools", "", "directory of the Kubernetes binaries and etcd (hack/build-tools.sh cluster)")
 	coredns := fs.String("coredns", "", "directory of coredns (hack/build-tools.sh coredns); none: no DNS")
 	crust := fs.String("crust", "", "the crust binary")
+	runtime := fs.String("runtime", "crust", "the nodes' CRI runtime: crust, or containerd (the peer, to compare with)")
+	containerd := fs.String("containerd", "", "directory of containerd and its shim (hack/build-tools.sh containerd), for --runtime containerd")
 	controlPlane := fs.String("control-plane", "static", "up: the control plane as static pods of node-0 (static) or host processes in node-0's network namespace (host)")
 	retain := fs.Bool("retain", false, "up: leave a cluster that failed to come up as it is (for its logs)")
 	focus := fs.String("focus", `\[Conformance\]`, "e2e: the specs to run (ginkgo --focus)")
 	skip := fs.String("skip", "", "e2e: specs not to run (ginkgo --skip)")
+	skipsFile := fs.String("skips", "", "e2e: the skip list (`<regex> | <reason>` lines; e2e-cluster-config/skips.txt)")
 	procs := fs.Int("procs", 2, "e2e: ginkgo processes")
 	suiteTimeout := fs.Duration("suite-timeout", 3*time.Hour, "e2e: ginkgo's timeout")
 	reportDir := fs.String("report-dir", "", "e2e: where the report and logs go (default /var/lib/crust-cluster-reports/<name>)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: cluster [flags] up|down|status|smoke|e2e")
+		fmt.Fprintln(fs.Output(), "usage: cluster [flags] up|down|status|smoke|e2e|life")
 		fs.PrintDefaults()
 	}
 	var err error
@@ -54,17 +58,24 @@ func cli(args []string) error {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("one command: up, down, status, smoke or e2e")
+		return errors.New("one command: up, down, status, smoke, e2e or life")
 	}
 	c := DefaultCluster(*name)
 	c.Workers = *workers
+	c.Runtime = *runtime
+	if fs.Arg(0) != "up" {
+		// The runtime the cluster was brought up with.
+		if b, err := os.ReadFile(c.RuntimeFile()); err == nil {
+			c.Runtime = strings.TrimSpace(string(b))
+		}
+	}
 	if c.NodeSubnet, err = netip.ParsePrefix(*subnet); err != nil {
 		return fmt.Errorf("--node-subnet: %w", err)
 	}
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	b := Binaries{ToolsDir: *tools, CoreDNSDir: *coredns, CrustSource: *crust}
+	b := Binaries{ToolsDir: *tools, CoreDNSDir: *coredns, CrustSource: *crust, ContainerdDir: *containerd}
 	k := Kube{Kubectl: b.Path("kubectl"), Kubeconfig: c.Kubeconfig()}
 	cmd := fs.Arg(0)
 	if cmd == "up" || cmd == "down" {
@@ -76,8 +87,8 @@ func cli(args []string) error {
 	}
 	switch cmd {
 	case "up":
-		if *tools == "" || *crust == "" {
-			return errors.New("up needs --tools and --crust")
+		if *tools == "" || (c.Runtime == "crust" && *crust == "") || (c.Runtime == "containerd" && *containerd == "") {
+			return errors.New("up needs --tools, and --crust or (with --runtime containerd) --containerd")
 		}
 		if *controlPlane != "static" && *controlPlane != "host" {
 			return fmt.Errorf("--control-plane is static or host, not %q", *controlPlane)
@@ -112,13 +123,19 @@ func cli(args []string) error {
 		return Status(&c, b, k, os.Stdout)
 	case "smoke":
 		return Smoke(&c, k, os.Stdout)
+	case "life":
+		return (&Life{C: &c, B: b, K: k, Out: os.Stdout}).Run()
 	case "e2e":
 		dir := *reportDir
 		if dir == "" {
 			dir = filepath.Join("/var/lib/crust-cluster-reports", c.Name)
 		}
+		skips, err := ReadSkips(*skipsFile)
+		if err != nil {
+			return err
+		}
 		return SuiteRun{Tools: *tools, Kubeconfig: c.Kubeconfig(), Workers: c.Workers,
-			DNSDomain: c.DNSDomain, Focus: *focus, Skip: *skip, Procs: *procs,
+			DNSDomain: c.DNSDomain, Focus: *focus, Skip: *skip, Skips: skips, Procs: *procs,
 			Timeout: *suiteTimeout, ReportDir: dir}.Run(os.Stdout)
 	default:
 		return fmt.Errorf("unknown command %q", cmd)

@@ -76,6 +76,15 @@ func SetupNode(n *Node) error {
 			return err
 		}
 	}
+	if c.Runtime == "containerd" {
+		// What crust's masquerade_subnets does on a crust node (kindnet's rule): pods' traffic
+		// leaving the cluster CIDR goes out with the node's address.
+		pod := c.PodCIDR.String()
+		if _, err := runIn(n, "iptables", "-t", "nat", "-A", "POSTROUTING", "-s", pod, "!", "-d", pod,
+			"-j", "MASQUERADE"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -1,18 +1,20 @@
 package main
 
-// A node's processes and files: its crust, its kubelet and its kube-proxy, all configured from
-// the node's templates (render.go), all in the node's network namespace.
+// A node's processes and files: its runtime (crust, or containerd to compare with), its kubelet
+// and its kube-proxy, all configured from the node's templates (render.go), all in the node's
+// network namespace.
 
 import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 )
 
 // NodeProcs lists the node's processes in the order they start.
-func NodeProcs(n *Node, b Binaries) (crust, kubelet, proxy Proc) {
-	crust = NodeProc(n, "crust", n.C.Crust(), "serve", "--config", n.CrustConfig())
+func NodeProcs(n *Node, b Binaries) (runtime, kubelet, proxy Proc) {
+	runtime = RuntimeProc(n, b)
 	kubelet = NodeProc(n, "kubelet", b.Path("kubelet"),
 		"--config="+n.KubeletConfig(),
 		"--kubeconfig="+n.KubeletKubeconfig(),
@@ -20,10 +22,21 @@ func NodeProcs(n *Node, b Binaries) (crust, kubelet, proxy Proc) {
 		"--node-ip="+n.IP.String(),
 		"--root-dir="+n.KubeletRoot(),
 		// kubelet reports the runtime's usage from this cgroup.
-		"--runtime-cgroups="+n.Cgroup("crust"),
+		"--runtime-cgroups="+n.Cgroup(runtime.Name),
 	)
 	proxy = NodeProc(n, "kube-proxy", b.Path("kube-proxy"), "--config="+n.KubeProxyConfig())
-	return crust, kubelet, proxy
+	return runtime, kubelet, proxy
+}
+
+// RuntimeProc is the node's CRI runtime. containerd finds its shim on the PATH, and its shims
+// stay in its cgroup, as under a unit of its own.
+func RuntimeProc(n *Node, b Binaries) Proc {
+	if n.C.Runtime == "containerd" {
+		p := NodeProc(n, "containerd", filepath.Join(b.ContainerdDir, "containerd"), "--config", n.ContainerdConfig())
+		p.Env = []string{"PATH=" + b.ContainerdDir + ":" + os.Getenv("PATH")}
+		return p
+	}
+	return NodeProc(n, "crust", n.C.Crust(), "serve", "--config", n.CrustConfig())
 }
 
 // WriteNodeFiles writes the node's settings, certificates and kubeconfigs, and makes its
@@ -39,7 +52,7 @@ func WriteNodeFiles(n *Node, p *PKI) error {
 		}
 	}
 	for _, d := range []string{n.CNIConfDir(), n.StaticPodDir(), n.KubeletRoot(), n.PodLogsDir(),
-		n.CrustRoot(), n.RunDir(), n.LogDir(), n.IPAMDir()} {
+		n.RunDir(), n.LogDir(), n.IPAMDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -50,9 +63,9 @@ func WriteNodeFiles(n *Node, p *PKI) error {
 	return p.NodeCerts(n)
 }
 
-// crustAnswers tells whether crust accepts connections on its socket.
-func crustAnswers(n *Node) bool {
-	conn, err := net.DialTimeout("unix", n.CrustSocket(), time.Second)
+// runtimeAnswers tells whether the node's runtime accepts connections on its socket.
+func runtimeAnswers(n *Node) bool {
+	conn, err := net.DialTimeout("unix", n.RuntimeSocket(), time.Second)
 	if err != nil {
 		return false
 	}

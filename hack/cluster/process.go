@@ -88,15 +88,33 @@ func exitText(ws syscall.WaitStatus) string {
 	return fmt.Sprintf("status %d", ws.ExitStatus())
 }
 
-// Running tells whether a process of the component's binary is in its cgroup.
+// Running tells whether the component runs in its cgroup.
 func (p Proc) Running() bool {
-	pids, _ := cgroupPids(p.Cgroup)
+	pids, _ := p.Pids()
+	return len(pids) > 0
+}
+
+// Pids are the processes in the component's cgroup that run its binary with its arguments:
+// the component itself, not what it started from its own executable (crust's pod monitors stay
+// in crust's cgroup in the hierarchies crust does not manage, name=systemd and a hybrid host's
+// unified one, as containerd's shims stay in containerd's).
+func (p Proc) Pids() ([]int, error) {
+	pids, err := cgroupPids(p.Cgroup)
+	if err != nil {
+		return nil, err
+	}
+	want := strings.Join(p.Argv, "\x00") + "\x00"
+	var found []int
 	for _, pid := range pids {
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && exe == p.Argv[0] {
-			return true
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil || exe != p.Argv[0] {
+			continue
+		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && string(cmdline) == want {
+			found = append(found, pid)
 		}
 	}
-	return false
+	return found, nil
 }
 
 // LogTail is the end of the process's log, for an error message.

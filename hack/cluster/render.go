@@ -26,20 +26,38 @@ func render(name string, data any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// NodeFiles renders every settings file of a node, by path.
+// NodeFiles renders every settings file of a node, by path: its runtime's, kubelet's and
+// kube-proxy's.
 func NodeFiles(n *Node) (map[string][]byte, error) {
 	files := map[string][]byte{}
-	for path, tmpl := range map[string]string{
-		n.CrustConfig():     "crust.toml",
+	byPath := map[string]string{
 		n.CNITemplate():     "cni.conflist",
 		n.KubeletConfig():   "kubelet.yaml",
 		n.KubeProxyConfig(): "kube-proxy.yaml",
-	} {
+	}
+	if n.C.Runtime == "containerd" {
+		byPath[n.ContainerdConfig()] = "containerd.toml"
+	} else {
+		byPath[n.CrustConfig()] = "crust.toml"
+	}
+	for path, tmpl := range byPath {
 		b, err := render(tmpl, n)
 		if err != nil {
 			return nil, err
 		}
 		files[path] = b
+	}
+	if n.C.Runtime == "containerd" {
+		for _, r := range n.C.MirroredRegistries() {
+			b, err := render("hosts.toml", struct {
+				Node     *Node
+				Registry string
+			}{n, r})
+			if err != nil {
+				return nil, err
+			}
+			files[filepath.Join(n.ContainerdHostsDir(), r, "hosts.toml")] = b
+		}
 	}
 	return files, nil
 }

@@ -21,6 +21,7 @@ type Cluster struct {
 	ServiceCIDR  netip.Prefix // ClusterIPs: .1 the API server's Service, .10 the DNS Service
 	DNSDomain    string
 	RegistryPort int    // the offline registry on the host's loopback, reached through the bridge's address
+	Runtime      string // every node's CRI runtime: crust, or containerd (the peer crust is compared with)
 	BaseDir      string // persistent files: /var/lib/crust-cluster/<name>
 	RunDir       string // files that die with the machine: /run/crust-cluster/<name>
 }
@@ -35,6 +36,7 @@ func DefaultCluster(name string) Cluster {
 		ServiceCIDR:  netip.MustParsePrefix("10.96.0.0/16"),
 		DNSDomain:    "cluster.local",
 		RegistryPort: 5000,
+		Runtime:      "crust",
 		BaseDir:      filepath.Join("/var/lib/crust-cluster", name),
 		RunDir:       filepath.Join("/run/crust-cluster", name),
 	}
@@ -62,6 +64,9 @@ func (c *Cluster) Validate() error {
 	if c.PodCIDR.Overlaps(c.ServiceCIDR) || c.PodCIDR.Overlaps(c.NodeSubnet) || c.ServiceCIDR.Overlaps(c.NodeSubnet) {
 		return fmt.Errorf("the node subnet, pod CIDR and service CIDR overlap")
 	}
+	if c.Runtime != "crust" && c.Runtime != "containerd" {
+		return fmt.Errorf("runtime: crust or containerd, not %q", c.Runtime)
+	}
 	if !filepath.IsAbs(c.BaseDir) || !filepath.IsAbs(c.RunDir) {
 		return fmt.Errorf("base and run directories must be absolute")
 	}
@@ -88,8 +93,15 @@ func (c *Cluster) APIServerURL() string        { return fmt.Sprintf("https://%s:
 func (c *Cluster) RegistryURL() string {
 	return fmt.Sprintf("http://%s:%d", c.BridgeIP(), c.RegistryPort)
 }
+
+// MirroredRegistries are the registries the suite's images name, each pulled from the offline
+// registry instead.
+func (c *Cluster) MirroredRegistries() []string {
+	return []string{"registry.k8s.io", "docker.io", "gcr.io"}
+}
 func (c *Cluster) PKIDir() string          { return filepath.Join(c.BaseDir, "pki") }
 func (c *Cluster) Kubeconfig() string      { return filepath.Join(c.BaseDir, "kubeconfig") }
+func (c *Cluster) RuntimeFile() string     { return filepath.Join(c.BaseDir, "runtime") }
 func (c *Cluster) LogDir() string          { return filepath.Join(c.BaseDir, "logs") }
 func (c *Cluster) EtcdDir() string         { return filepath.Join(c.BaseDir, "etcd") }
 func (c *Cluster) ControlPlaneDir() string { return filepath.Join(c.BaseDir, "control-plane") }
@@ -132,7 +144,24 @@ func (n *Node) CrustRoot() string   { return filepath.Join(n.Dir(), "crust") }
 func (n *Node) CrustState() string  { return filepath.Join(n.RunDir(), "crust") }
 func (n *Node) CrustSocket() string { return filepath.Join(n.RunDir(), "crust.sock") }
 func (n *Node) CNIConfDir() string  { return filepath.Join(n.EtcDir(), "net.d") }
-func (n *Node) IPAMDir() string     { return filepath.Join(n.Dir(), "ipam") }
+
+// containerd's, when it is the nodes' runtime instead.
+func (n *Node) ContainerdRoot() string   { return filepath.Join(n.Dir(), "containerd") }
+func (n *Node) ContainerdState() string  { return filepath.Join(n.RunDir(), "containerd") }
+func (n *Node) ContainerdSocket() string { return filepath.Join(n.RunDir(), "containerd.sock") }
+func (n *Node) ContainerdConfig() string { return filepath.Join(n.EtcDir(), "containerd.toml") }
+
+// ContainerdHostsDir holds a hosts.toml per mirrored registry (containerd's config_path).
+func (n *Node) ContainerdHostsDir() string { return filepath.Join(n.EtcDir(), "certs.d") }
+
+// RuntimeSocket is where the node's runtime serves CRI, which kubelet is given.
+func (n *Node) RuntimeSocket() string {
+	if n.C.Runtime == "containerd" {
+		return n.ContainerdSocket()
+	}
+	return n.CrustSocket()
+}
+func (n *Node) IPAMDir() string { return filepath.Join(n.Dir(), "ipam") }
 
 // kubelet's: its root, pod logs (kubelet removes entries of pods it does not know, so one
 // directory per node), static pods.

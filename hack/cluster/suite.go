@@ -27,7 +27,8 @@ type SuiteRun struct {
 	DNSDomain  string
 	Focus      string
 	Skip       string
-	Procs      int // ginkgo processes
+	Skips      []Skip // the skip list's entries, each a --skip of its own
+	Procs      int    // ginkgo processes
 	Timeout    time.Duration
 	ReportDir  string
 }
@@ -139,6 +140,9 @@ func (r SuiteRun) Run(out io.Writer) error {
 	if r.Skip != "" {
 		args = append(args, "--skip="+r.Skip)
 	}
+	for _, s := range r.Skips {
+		args = append(args, "--skip="+s.Regex.String())
+	}
 	args = append(args, filepath.Join(r.Tools, "e2e.test"), "--",
 		"--kubeconfig="+r.Kubeconfig,
 		"--provider=skeleton",
@@ -167,7 +171,16 @@ func (r SuiteRun) Run(out io.Writer) error {
 	}
 	fmt.Fprintf(out, "e2e-cluster: ran in %s\n", elapsed)
 	v.Print(out)
+	unmatched, err := unmatchedSkips(r.Skips, r.Focus, v.NotSelected)
+	if err != nil {
+		return err
+	}
+	for _, re := range unmatched {
+		fmt.Fprintf(out, "e2e-cluster: FAILED: the skip list's entry %q matches no spec of the focus\n", re)
+	}
 	switch {
+	case len(unmatched) > 0:
+		return fmt.Errorf("%d skip list entries match no spec of the focus", len(unmatched))
 	case len(v.Failed) > 0 || len(v.Skipped) > 0:
 		return fmt.Errorf("%d failed, %d skipped", len(v.Failed), len(v.Skipped))
 	case len(v.Passed) == 0:

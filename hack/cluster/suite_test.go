@@ -31,3 +31,28 @@ func TestReadVerdict(t *testing.T) {
 		t.Errorf("failure: %q", got)
 	}
 }
+
+func TestSkips(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "skips.txt")
+	list := "# a comment\n\n\\[sig-x\\] A spec | host: a fact\n\\[sig-y\\] gone | not built yet: a thing\n"
+	if err := os.WriteFile(p, []byte(list), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	skips, err := ReadSkips(p)
+	if err != nil || len(skips) != 2 {
+		t.Fatalf("ReadSkips: %v %v", skips, err)
+	}
+	notRun := []string{"[sig-x] A spec [Conformance]", "[sig-y] gone, but not conformance"}
+	unmatched, err := unmatchedSkips(skips, `\[Conformance\]`, notRun)
+	if err != nil || len(unmatched) != 1 || unmatched[0] != `\[sig-y\] gone` {
+		t.Errorf("unmatched: %v %v", unmatched, err)
+	}
+	for _, bad := range []string{"no separator\n", "x | why: not a kind of reason\n", "( | host: bad regex\n"} {
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadSkips(p); err == nil {
+			t.Errorf("ReadSkips accepted %q", bad)
+		}
+	}
+}

@@ -89,7 +89,7 @@ func (u *Up) preflight() error {
 	if err := u.C.Validate(); err != nil {
 		return err
 	}
-	if err := u.B.Check(); err != nil {
+	if err := u.B.Check(u.C); err != nil {
 		return err
 	}
 	if found := leftovers(u.C); len(found) > 0 {
@@ -118,6 +118,9 @@ func (u *Up) files() error {
 	if err := os.Chmod(c.EtcdDir(), 0o700); err != nil {
 		return err
 	}
+	if err := writeFile(c.RuntimeFile(), []byte(c.Runtime+"\n"), 0o644); err != nil {
+		return err
+	}
 	var err error
 	if u.pki, err = NewPKI(c); err != nil {
 		return err
@@ -129,8 +132,10 @@ func (u *Up) files() error {
 	if err := writeFile(c.ResolvConf(), []byte("# the test cluster has no upstream name server\n"), 0o644); err != nil {
 		return err
 	}
-	if err := u.B.InstallCrust(c); err != nil {
-		return err
+	if c.Runtime == "crust" {
+		if err := u.B.InstallCrust(c); err != nil {
+			return err
+		}
 	}
 	// kubectl beside the kubeconfig, for a user of the cluster.
 	if err := os.Symlink(u.B.Path("kubectl"), filepath.Join(c.BaseDir, "kubectl")); err != nil {
@@ -150,12 +155,17 @@ func (u *Up) files() error {
 	return nil
 }
 
-// images pushes the control plane's images (for its static pods) to the offline registry.
+// images pushes to the offline registry the images the suite runs beyond the node suite's
+// stand-ins (the Aggregator spec's sample-apiserver and its etcd sidecar) and the control
+// plane's (for its static pods).
 func (u *Up) images() error {
+	if err := PushSuiteImages(u.C, u.B); err != nil {
+		return err
+	}
 	if !u.StaticControlPlane {
 		return nil
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		if err := PushBinaryImage(u.C, ControlPlaneImages[name], u.B.Path(name)); err != nil {
 			return err
 		}
@@ -259,13 +269,13 @@ func (u *Up) startNode(n *Node) error {
 	if u.started == nil {
 		u.started = map[string]bool{}
 	}
-	crust, kubelet, proxy := NodeProcs(n, u.B)
+	runtime, kubelet, proxy := NodeProcs(n, u.B)
 	u.proxies = append(u.proxies, proxy)
-	if err := crust.Start(); err != nil {
+	if err := runtime.Start(); err != nil {
 		return err
 	}
-	err := waitFor("crust of "+n.Name+" on "+n.CrustSocket(), time.Minute, func() (bool, string, error) {
-		return crustAnswers(n), "no answer on the socket", alive(crust)
+	err := waitFor(runtime.Name+" of "+n.Name+" on "+n.RuntimeSocket(), time.Minute, func() (bool, string, error) {
+		return runtimeAnswers(n), "no answer on the socket", alive(runtime)
 	})
 	if err != nil {
 		return err
@@ -273,7 +283,7 @@ func (u *Up) startNode(n *Node) error {
 	if err := kubelet.Start(); err != nil {
 		return err
 	}
-	u.nodeProcs = append(u.nodeProcs, crust, kubelet)
+	u.nodeProcs = append(u.nodeProcs, runtime, kubelet)
 	u.started[n.Name] = true
 	return nil
 }
