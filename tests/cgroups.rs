@@ -418,6 +418,15 @@ async fn pod_sandbox_resources_reach_the_live_pod_cgroup() {
     check(160 << 20, 60_000, 640);
     let info = e.info(&id).await;
     assert!(alive(info["pid"].as_i64().unwrap()));
+    // kubelet's quota for a pod one of whose containers has no CPU limit: -1, no limit (it was
+    // refused as negative, and every in-place resize of such a pod with it).
+    e.c.update_pod_sandbox_resources(update(&pod.0, 128 << 20, -1, 512))
+        .await
+        .unwrap();
+    match h {
+        Hierarchy::V2 => assert!(read(&cpu, "cpu.max").starts_with("max "), "{cpu:?}"),
+        Hierarchy::V1 => assert_eq!(read(&cpu, "cpu.cfs_quota_us"), "-1"),
+    }
 
     let err =
         e.c.update_pod_sandbox_resources(update("nope", 1 << 30, 0, 0))

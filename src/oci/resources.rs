@@ -49,8 +49,10 @@ pub fn container_resources(
 
 /// The limits of a whole pod for UpdatePodSandboxResources: `resources` (the sum of its
 /// containers', as kubelet computes it) plus the runtime class's `overhead`, each figure left
-/// out where the pod sets none. CPU quotas are added at the pod's period (100 ms unless set).
-/// No swap limit: kubelet limits swap per container, and neither does it on pod cgroups.
+/// out where the pod sets none. CPU quotas are added at the pod's period (100 ms unless set);
+/// a quota of -1 is kubelet's "no CPU limit" (a container of the pod has none), which the
+/// overhead cannot change. No swap limit: kubelet limits swap per container, and neither does
+/// it on pod cgroups.
 pub fn pod_resources(
     resources: &Resources,
     overhead: &Resources,
@@ -71,7 +73,10 @@ pub fn pod_resources(
         p if p > 0 && overhead.cpu_quota > 0 => overhead.cpu_quota.saturating_mul(period) / p,
         _ => overhead.cpu_quota.max(0),
     };
-    let quota = plus("cpu_quota", resources.cpu_quota, overhead_quota)?;
+    let quota = match resources.cpu_quota {
+        -1 => -1,
+        q => plus("cpu_quota", q, overhead_quota)?,
+    };
     let sum = Resources {
         cpu_shares: plus("cpu_shares", resources.cpu_shares, overhead.cpu_shares)?,
         cpu_quota: quota,
@@ -456,6 +461,26 @@ mod tests {
             ..Default::default()
         };
         assert!(pod_resources(&bad, &overhead, true).is_err());
+        // kubelet's -1 quota: no CPU limit, overhead or not, on either hierarchy.
+        let unlimited = Resources {
+            cpu_quota: -1,
+            cpu_period: 100_000,
+            cpu_shares: 2,
+            ..Default::default()
+        };
+        for v2 in [false, true] {
+            let r = pod_resources(&unlimited, &overhead, v2).unwrap();
+            let cpu = r.cpu().as_ref().unwrap();
+            assert_eq!(
+                (cpu.quota(), cpu.period(), cpu.shares()),
+                (Some(-1), None, Some(130))
+            );
+        }
+        let below = Resources {
+            cpu_quota: -2,
+            ..Default::default()
+        };
+        assert!(pod_resources(&below, &overhead, true).is_err());
         // unified needs v2, as for containers.
         let unified = Resources {
             unified: [("memory.high".to_owned(), "1".to_owned())].into(),
