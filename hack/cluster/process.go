@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -103,14 +104,19 @@ func (p Proc) Pids() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := strings.Join(p.Argv, "\x00") + "\x00"
 	var found []int
 	for _, pid := range pids {
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		if err != nil || exe != p.Argv[0] {
 			continue
 		}
-		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && string(cmdline) == want {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		// The arguments the harness knows (none for a static pod's) begin the command line.
+		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")[1:]
+		if len(args) >= len(p.Argv)-1 && slices.Equal(args[:len(p.Argv)-1], p.Argv[1:]) {
 			found = append(found, pid)
 		}
 	}
