@@ -76,7 +76,8 @@ critest:
 ## Kubernetes' node conformance suite (test/e2e_node: [NodeConformance] without [Flaky], [Slow],
 ## [Serial]; 8 ginkgo processes) against a crust of its own, offline (hack/e2e-node.sh;
 ## e2e-node-config/skips.txt lists the gaps). Too long for make test. E2E_RUNTIME=containerd
-## runs it against containerd 2.4.2 instead; ARGS='--focus=Probing' narrows it.
+## runs it against containerd 2.4.2 instead; ARGS='--focus=Probing' narrows it (ARGS is split
+## into words by the shell: quote a regex with | inside, ARGS="'--focus=Probing|Lifecycle'").
 ## E2E_FOCUS=features runs the wider selection containerd gates its pull requests on
 ## ([NodeConformance], [Feature:*] and [Feature] without its skips; 535 specs in v1.37.2),
 ## with e2e-node-config/features-skips.txt besides.
@@ -93,7 +94,8 @@ e2e-node:
 ## e2e-cluster-config/skips.txt, the cluster-life test, the cluster down; prints
 ## `e2e-cluster: N passed, N failed, N skipped`. Too long for make test (about 45 min warm).
 ## E2E_RUNTIME=containerd runs the same on containerd 2.4.2 nodes; ARGS passes flags to the
-## harness; hack/cluster.sh up|down|status|smoke|e2e|life by hand.
+## harness (split into words by the shell, as e2e-node's); hack/cluster.sh
+## up|down|status|smoke|e2e|life by hand.
 E2E_CLUSTER_FOCUS ?= \[Conformance\]
 E2E_CLUSTER_PROCS ?= 3
 e2e-cluster:
