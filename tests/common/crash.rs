@@ -42,18 +42,31 @@ pub async fn converge(env: &Env, image: &str, failpoint: &str) -> Vec<String> {
     let mut c = env.d.client().await;
     let mut images = env.d.images().await;
     let mut survived = Vec::new();
-    let ctrs = c
+    // (Once, ListContainers failed here and the message was lost: each failure now says what
+    // the client saw and where the daemon's log ends.)
+    let lost = |what: &str, e: tonic::Status| -> ! {
+        let log = env.d.log();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let alive = env.d.serving();
+        panic!(
+            "{failpoint}: {what} after the restart: {e:?} (socket answers: {alive}); the end of the log:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    };
+    let ctrs = match c
         .list_containers(pb::ListContainersRequest::default())
         .await
-        .unwrap()
-        .into_inner()
-        .containers;
-    let pods = c
+    {
+        Ok(r) => r.into_inner().containers,
+        Err(e) => lost("ListContainers", e),
+    };
+    let pods = match c
         .list_pod_sandbox(pb::ListPodSandboxRequest::default())
         .await
-        .unwrap()
-        .into_inner()
-        .items;
+    {
+        Ok(r) => r.into_inner().items,
+        Err(e) => lost("ListPodSandbox", e),
+    };
     for ctr in &ctrs {
         let s = c
             .container_status(pb::ContainerStatusRequest {
