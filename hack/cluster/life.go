@@ -353,6 +353,22 @@ func exitCode(err error) int {
 	return -1
 }
 
+// kubectlStream starts a kubectl that runs until stopped (logs -f, port-forward): its output
+// as it comes, its errors once it ends, and the stop.
+func (l *Life) kubectlStream(args ...string) (io.Reader, *bytes.Buffer, func(), error) {
+	cmd := exec.Command(l.K.Kubectl, append([]string{"--kubeconfig=" + l.K.Kubeconfig, "-n", lifeNS}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return stdout, stderr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
 var tickLine = regexp.MustCompile(`^tick (\d+)$`)
 
 func (l *Life) lastTick() (int, error) {
@@ -373,17 +389,11 @@ func (l *Life) logsFollow() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(l.K.Kubectl, "--kubeconfig="+l.K.Kubeconfig, "-n", lifeNS, "logs", "-f", "ticker")
-	stdout, err := cmd.StdoutPipe()
+	stdout, stderr, stop, err := l.kubectlStream("logs", "-f", "ticker")
 	if err != nil {
 		return err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer stop()
 	got := make(chan int)
 	go func() {
 		defer close(got)
@@ -418,18 +428,11 @@ func (l *Life) portForward() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(l.K.Kubectl, "--kubeconfig="+l.K.Kubeconfig, "-n", lifeNS, "port-forward",
-		"--address=127.0.0.1", "pod/"+pod, ":8080")
-	stdout, err := cmd.StdoutPipe()
+	stdout, stderr, stop, err := l.kubectlStream("port-forward", "--address=127.0.0.1", "pod/"+pod, ":8080")
 	if err != nil {
 		return err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer stop()
 	port := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
