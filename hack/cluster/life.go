@@ -4,9 +4,9 @@ package main
 // 20 replicas spread over the workers behind a Service, reached by name from a pod on another
 // node; kubectl exec, logs -f, port-forward and cp through the API server; a rolling update; a
 // worker drained and uncordoned; and one worker's runtime (crust) SIGKILLed in the middle of a
-// rollout and started again, after which no pod may have restarted, no container may have changed, the
-// rollout completes and the node never left Ready. Each step fails naming what it saw. The
-// namespace is removed at the end whatever happened.
+// rollout and started again (life_kill.go), after which no running container may have
+// restarted or changed, the rollout completes and the node never left Ready. Each step fails
+// naming what it saw. The namespace is removed at the end whatever happened.
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,8 +24,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 )
 
@@ -107,10 +106,7 @@ func (l *Life) Run() error {
 	defer func() {
 		_, _ = l.K.Run("delete", "namespace", lifeNS, "--wait=true", "--timeout=120s")
 	}()
-	steps := []struct {
-		what string
-		do   func() error
-	}{
+	steps := []step{
 		{"a Deployment of 20 replicas spread over the workers", l.deploy},
 		{"the Service by name from a pod on another node", l.serviceByName},
 		{"kubectl exec", l.exec},
@@ -123,10 +119,10 @@ func (l *Life) Run() error {
 	}
 	for _, s := range steps {
 		start := time.Now()
-		if err := s.do(); err != nil {
-			return fmt.Errorf("%s: %w", s.what, err)
+		if err := s.run(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		fmt.Fprintf(l.Out, "cluster: life: %s: passed in %.1fs\n", s.what, time.Since(start).Seconds())
+		fmt.Fprintf(l.Out, "cluster: life: %s: passed in %.1fs\n", s.name, time.Since(start).Seconds())
 	}
 	fmt.Fprintln(l.Out, "cluster: life: passed")
 	return nil
@@ -180,10 +176,10 @@ func (l *Life) waitRunning(pod string) error {
 
 // lifePod is what the test needs of a pod.
 type lifePod struct {
-	Name, Node, Phase, Template string
-	Ready                       bool
-	Restarts                    int
-	ContainerID                 string
+	Name, Node, Phase string
+	Ready             bool
+	Restarts          int
+	ContainerID       string
 }
 
 func (l *Life) pods(selector string) ([]lifePod, error) {
@@ -199,7 +195,6 @@ func (l *Life) pods(selector string) ([]lifePod, error) {
 		Items []struct {
 			Metadata struct {
 				Name              string
-				Labels            map[string]string
 				DeletionTimestamp *string
 			}
 			Spec   struct{ NodeName string }
@@ -221,8 +216,7 @@ func (l *Life) pods(selector string) ([]lifePod, error) {
 		if it.Metadata.DeletionTimestamp != nil {
 			continue
 		}
-		p := lifePod{Name: it.Metadata.Name, Node: it.Spec.NodeName, Phase: it.Status.Phase,
-			Template: it.Metadata.Labels["pod-template-hash"]}
+		p := lifePod{Name: it.Metadata.Name, Node: it.Spec.NodeName, Phase: it.Status.Phase}
 		for _, cs := range it.Status.ContainerStatuses {
 			p.Ready, p.Restarts, p.ContainerID = cs.Ready, cs.RestartCount, cs.ContainerID
 		}
@@ -331,26 +325,11 @@ func (l *Life) exec() error {
 	}
 	// kubectl exits with the command's status.
 	_, err = l.kubectl("exec", pod, "--", "sh", "-c", "exit 7")
-	var re *RunError
-	if !asRunError(err, &re) || exitCode(re.Err) != 7 {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
 		return fmt.Errorf("exec of `exit 7` in %s: want exit status 7, got %v", pod, err)
 	}
 	return nil
-}
-
-func asRunError(err error, target **RunError) bool {
-	re, ok := err.(*RunError)
-	if ok {
-		*target = re
-	}
-	return ok
-}
-
-func exitCode(err error) int {
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	return -1
 }
 
 // kubectlStream starts a kubectl that runs until stopped (logs -f, port-forward): its output
@@ -586,162 +565,4 @@ func (l *Life) drain() error {
 		return err
 	}
 	return l.spread(l.worker(1), l.worker(2))
-}
-
-// nodeWatch records every state but Ready=True that a node's Ready condition shows while it
-// runs.
-type nodeWatch struct {
-	stop   chan struct{}
-	done   sync.WaitGroup
-	mu     sync.Mutex
-	states []string
-}
-
-func (l *Life) watchNode(name string) *nodeWatch {
-	w := &nodeWatch{stop: make(chan struct{})}
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		for {
-			s, err := l.K.Run("get", "node", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].message}`)
-			if err == nil && !strings.HasPrefix(s, "True ") {
-				w.mu.Lock()
-				w.states = append(w.states, time.Now().Format("15:04:05.000")+" "+s)
-				w.mu.Unlock()
-			}
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(pollInterval):
-			}
-		}
-	}()
-	return w
-}
-
-func (w *nodeWatch) end() []string {
-	close(w.stop)
-	w.done.Wait()
-	return w.states
-}
-
-// runtimeKilled kills the first worker's runtime (crust) with SIGKILL while a rollout replaces
-// pods on it, starts it again as a supervisor would, and checks that the node and its pods went
-// on as if nothing happened.
-func (l *Life) runtimeKilled() error {
-	n := l.C.Node(1)
-	rt := RuntimeProc(n, l.B)
-	watch := l.watchNode(n.Name)
-	notReady := func() []string { return watch.end() }
-	if err := l.setVersion(3); err != nil {
-		notReady()
-		return err
-	}
-	// Mid-rollout: some pods of the new version exist, not all.
-	err := waitFor("the rollout to v3 under way", 2*time.Minute, func() (bool, string, error) {
-		s, err := l.kubectl("get", "deployment", "web", "-o", "jsonpath={.status.updatedReplicas}")
-		if err != nil {
-			return false, "", err
-		}
-		n, _ := strconv.Atoi(s)
-		return n >= 2 && n < lifeReplicas, "updatedReplicas=" + s, nil
-	})
-	if err != nil {
-		notReady()
-		return err
-	}
-	// The pods whose containers run at the kill, to compare with after it.
-	before, err := l.pods("")
-	if err != nil {
-		notReady()
-		return err
-	}
-	// As an operator's kill -9 of the daemon, or a unit's restart (crust.service kills crust
-	// alone, KillMode=process): the pod monitors live on.
-	pids, err := rt.Pids()
-	if err == nil && len(pids) != 1 {
-		err = fmt.Errorf("%d processes of %s in %s, not one", len(pids), rt.Name, rt.Cgroup)
-	}
-	if err == nil {
-		err = syscall.Kill(pids[0], syscall.SIGKILL)
-	}
-	if err != nil {
-		notReady()
-		return err
-	}
-	err = waitFor(rt.Name+" of "+n.Name+" gone", 10*time.Second, func() (bool, string, error) {
-		return !rt.Running(), "still running", nil
-	})
-	if err == nil {
-		fmt.Fprintf(l.Out, "cluster: life: %s of %s killed (SIGKILL) mid-rollout; starting it again\n", rt.Name, n.Name)
-		err = rt.Start()
-	}
-	if err == nil {
-		err = waitFor(rt.Name+" of "+n.Name+" answering again", time.Minute, func() (bool, string, error) {
-			return runtimeAnswers(n), "no answer on the socket", alive(rt)
-		})
-	}
-	if err == nil {
-		err = l.rolledOut()
-	}
-	states := notReady()
-	if err != nil {
-		return err
-	}
-	if len(states) > 0 {
-		return fmt.Errorf("%s left Ready: %s", n.Name, strings.Join(states, "; "))
-	}
-	return l.afterKill(before)
-}
-
-// afterKill checks the pods after the runtime's restart: every pod whose container ran at the
-// kill and that the rollout kept (the bare pods always) has that same container, never
-// restarted; the rollout reached every pod; the ticker's log goes on. A pod whose container
-// was being created at the kill may have been retried (kubelet counts the retry as a restart):
-// such pods are named, not failed.
-func (l *Life) afterKill(before []lifePod) error {
-	after, err := l.pods("")
-	if err != nil {
-		return err
-	}
-	now := map[string]lifePod{}
-	for _, p := range after {
-		now[p.Name] = p
-	}
-	ran := map[string]bool{}
-	for _, p := range before {
-		if p.Phase != "Running" || !p.Ready || p.ContainerID == "" {
-			continue
-		}
-		ran[p.Name] = true
-		q, ok := now[p.Name]
-		bare := p.Name == "client" || p.Name == "ticker"
-		if !ok && !bare {
-			continue // an old pod the rollout replaced
-		}
-		if !ok || q.Phase != "Running" || q.ContainerID != p.ContainerID || q.Restarts != 0 {
-			return fmt.Errorf("pod %s ran %s at the kill; after it: %+v", p.Name, p.ContainerID, q)
-		}
-	}
-	for _, q := range after {
-		if !ran[q.Name] && q.Restarts != 0 {
-			fmt.Fprintf(l.Out, "cluster: life: pod %s, starting at the kill, was retried (restarts: %d)\n", q.Name, q.Restarts)
-		}
-	}
-	if err := l.versionServed(3); err != nil {
-		return err
-	}
-	if err := l.spread(l.worker(1), l.worker(2)); err != nil {
-		return err
-	}
-	// The ticker's log goes on (crust's monitor, or containerd's shim, wrote it while the
-	// runtime was down and after).
-	t1, err := l.lastTick()
-	if err != nil {
-		return err
-	}
-	return waitFor("the ticker's log past tick "+strconv.Itoa(t1), 10*time.Second, func() (bool, string, error) {
-		t2, err := l.lastTick()
-		return t2 > t1, "tick " + strconv.Itoa(t2), err
-	})
 }

@@ -16,6 +16,9 @@ type RunError struct {
 	Err    error
 }
 
+// Unwrap is the command's own error (an *exec.ExitError holds its exit status).
+func (e *RunError) Unwrap() error { return e.Err }
+
 func (e *RunError) Error() string {
 	out := strings.TrimSpace(e.Output)
 	if out == "" {
