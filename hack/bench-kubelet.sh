@@ -103,7 +103,7 @@ authorization: {mode: AlwaysAllow}
 containerRuntimeEndpoint: unix://$sock
 imageServiceEndpoint: unix://$sock
 podLogsDir: $k/logs
-evictionHard: {memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+evictionHard: {memory.available: 1Mi, nodefs.available: 0%, nodefs.inodesFree: 0%, imagefs.available: 0%, imagefs.inodesFree: 0%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 enforceNodeAllocatable: []

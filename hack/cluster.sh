@@ -16,7 +16,9 @@
 #   life    a cluster's life beyond the suite: a Deployment of 20 behind a Service reached by
 #           name, kubectl exec/logs -f/port-forward/cp, a rolling update, a drain, a worker's
 #           crust SIGKILLed and restarted mid-rollout (hack/cluster/life.go)
-# Env: CLUSTER_NAME (default local), CRUST_BIN (default target/release/crust),
+# Env: CLUSTER_NAME (default local), CLUSTER_SUBNET (up's --node-subnet, default
+#      172.30.40.0/24: a second cluster beside the first needs a /24 of its own),
+#      CRUST_BIN (default target/release/crust),
 #      E2E_RUNTIME (the nodes' runtime: crust, the default, or containerd 2.4.2 built by
 #      hack/build-tools.sh containerd, the peer a failure is checked against; the other
 #      commands use the runtime the cluster was brought up with),
@@ -69,5 +71,6 @@ if [ "$cmd" = up ]; then
   E2E_IMAGES_WORK=/var/lib/crust-cluster-images "$top/hack/e2e-node-images.sh" "$tools/agnhost" ||
     fail "the offline registry or its stand-in images (hack/e2e-node-images.sh)"
   flags+=(--crust "$crust")
+  [ -z "${CLUSTER_SUBNET:-}" ] || flags+=(--node-subnet "$CLUSTER_SUBNET")
 fi
 exec "$harness" "${flags[@]}" "$@" "$cmd"

@@ -61,6 +61,9 @@ impl Kubelet {
         }
         let (port, read_only_port, healthz) = (free_port(), free_port(), free_port());
         let socket = format!("unix://{}", d.socket.display());
+        // The disk is shared with other builds and has been seen with under 1% free: kubelet's
+        // disk-pressure eviction ("0%" turns a signal off) and image GC would remove the pods
+        // and images under test, which is kubelet's behaviour, not crust's.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -82,7 +85,7 @@ authorization: {{mode: AlwaysAllow}}
 containerRuntimeEndpoint: {socket}
 imageServiceEndpoint: {socket}
 podLogsDir: {logs}
-evictionHard: {{memory.available: 1Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}}
+evictionHard: {{memory.available: 1Mi, nodefs.available: 0%, nodefs.inodesFree: 0%, imagefs.available: 0%, imagefs.inodesFree: 0%}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 enforceNodeAllocatable: []
