@@ -173,6 +173,9 @@ pub struct ContainerContext {
     pub runtime_root: PathBuf,
     /// `<root>/containers`: writable layers and root filesystem mount points.
     pub layers_dir: PathBuf,
+    /// `<root>/images`: the image store, whose filesystem the writable layers' is compared with
+    /// (ImageFsInfo's and a container's writable layer name the same one).
+    pub image_root: PathBuf,
     pub cgroups: CgroupSettings,
     pub host: crate::oci::HostFeatures,
     /// AppArmor, where the kernel enforces it.
@@ -205,6 +208,7 @@ impl ContainerContext {
             state_dir: state.join("containers"),
             runtime_root: state.join("runtime"),
             layers_dir: root.join("containers"),
+            image_root: crate::image::StorePaths::new(root).root().to_owned(),
             host: host::detect(cgroups.unified, &root.join("containers"), state),
             apparmor: apparmor::AppArmor::detect(state),
             cgroups,

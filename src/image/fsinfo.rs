@@ -69,7 +69,7 @@ impl Images {
             (0, 0)
         };
         let containers = FsUsage {
-            mountpoint: self.containers_dir.clone(),
+            mountpoint: crate::stats::filesystem_id(&self.containers_dir, self.paths.root()),
             bytes: cb,
             inodes: ci,
         };

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Bytes (allocated blocks) and inodes under `dir`, hard-linked inodes counted once, mounts
 /// under it left out.
@@ -87,6 +87,23 @@ pub fn filesystem_usage(dir: &Path) -> io::Result<Filesystem> {
         inodes: st.files(),
         inodes_free: st.files_available(),
     })
+}
+
+/// The path that identifies the filesystem of `dir` in CRI (`FilesystemIdentifier.mountpoint`):
+/// `image_root` when `dir` is on the image store's filesystem, `dir` when it is on one of its
+/// own. kubelet takes two different mountpoints for a split disk (image and container
+/// filesystems apart, KubeletSeparateDiskGC) and then tracks and garbage-collects each on its
+/// own; one disk must not read as two. A `dir` not made yet is judged by its nearest ancestor.
+pub fn filesystem_id(dir: &Path, image_root: &Path) -> PathBuf {
+    let dev = |p: &Path| {
+        p.ancestors()
+            .find_map(|a| fs::metadata(a).ok())
+            .map(|m| m.dev())
+    };
+    match (dev(dir), dev(image_root)) {
+        (Some(a), Some(b)) if a == b => image_root.to_owned(),
+        _ => dir.to_owned(),
+    }
 }
 
 /// The name of block device `major:minor` (`/dev/vda`), or the numbers when sysfs does not
@@ -169,6 +186,31 @@ mod tests {
         let f = filesystem(t.path()).unwrap();
         assert!(f.capacity > 0 && f.available <= f.capacity, "{f:?}");
         assert!(!f.device.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn one_disk_reads_as_one_filesystem_and_a_mount_as_its_own() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test mounts a tmpfs: run it as root"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let (root, containers) = (t.path().join("root"), t.path().join("root/containers"));
+        // Not made yet: judged by the root it will be made in.
+        assert_eq!(filesystem_id(&containers, &root), root);
+        fs::create_dir_all(&containers).unwrap();
+        assert_eq!(filesystem_id(&containers, &root), root);
+        nix::mount::mount(
+            Some("tmpfs"),
+            &containers,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .unwrap();
+        let split = filesystem_id(&containers, &root);
+        nix::mount::umount(&containers).unwrap();
+        assert_eq!(split, containers);
     }
 
     #[test]

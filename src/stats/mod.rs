@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use cgroup::{CgroupDirs, Detail, oom_kills, read as read_cgroup, tasks};
-pub use disk::{Filesystem, block_device_name, disk_usage, filesystem, filesystem_usage};
+pub use disk::{
+    Filesystem, block_device_name, disk_usage, filesystem, filesystem_id, filesystem_usage,
+};
 pub use process::{OpenFiles, open_files, open_files_limit};
 
 /// One reading of a cgroup.

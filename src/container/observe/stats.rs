@@ -278,7 +278,7 @@ impl Containers {
         let keep = (took * LAYER_REUSE_FACTOR).clamp(LAYER_REUSE_MIN, LAYER_REUSE_MAX);
         let usage = LayerUsage {
             timestamp: now_nanos(),
-            mountpoint: self.ctx.layers_dir.clone(),
+            mountpoint: crate::stats::filesystem_id(&self.ctx.layers_dir, &self.ctx.image_root),
             bytes,
             inodes,
         };
