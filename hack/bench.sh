@@ -21,7 +21,8 @@
 # own loopback; PORTFORWARD_ONLY=1 measures only that. What one no-op NRI plugin adds to a
 # container's create and start, on crust alone; NRI_ONLY=1 measures only that. A pod with a
 # container from nothing is measured plain and in a user namespace of its own (hostUsers:
-# false); FROM_NOTHING_ONLY=1 measures only those two. The last lines compare crust with
+# false), and on crust under the runtime handlers runc and crun (Debian's binaries, the runc
+# that containerd's shim runs); FROM_NOTHING_ONLY=1 measures only those. The last lines compare crust with
 # containerd where both were measured: the pods from nothing, the relist, memory and streaming.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
@@ -131,9 +132,33 @@ nri_cost() {
     }' "$W/rows"
 }
 
-# NRI as it ships (on, no plugins), on a socket of this run's own.
-printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
-  "$W/net.d" "$W/crust/nri.sock" "$W/crust/nri-plugins" > "$W/crust/config.toml"
+# NRI as it ships (on, no plugins), on a socket of this run's own; Debian's runc and crun as
+# runtime handlers (docs/containers.md#runtime-handlers-another-oci-runtime). Not named runc:
+# that is the default handler's name, which a [runtimes.runc] table would give to the binary.
+HANDLERS="runc-binary=/usr/sbin/runc crun=/usr/bin/crun"
+{
+  printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
+    "$W/net.d" "$W/crust/nri.sock" "$W/crust/nri-plugins"
+  for h in $HANDLERS; do
+    [ -x "${h#*=}" ] || { echo "${h#*=} missing (hack/install-deps.sh bench)" >&2; exit 1; }
+    printf '[runtimes.%s]\nruntime_path = "%s"\n' "${h%%=*}" "${h#*=}"
+  done
+} > "$W/crust/config.toml"
+# A pod with a container from nothing under each handler, on the same daemon: the OCI runtime's
+# own cost beside libcontainer in the monitor. A handler the host refuses (crun 1.8.1 on a
+# hybrid cgroup host) prints its row as not measured, with the runtime's words.
+handler_rows() {
+  local h out
+  for h in $HANDLERS; do
+    h=${h%%=*}
+    if ! out=$("$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" \
+      --label "crust-$h" --image "$IMAGE" --only-from-nothing --runtime-handler "$h" 2>&1); then
+      out=$(printf '%-12s pod + container from nothing: not measured: %s' "crust-$h" \
+        "$(grep -m1 '^Error' <<<"$out" || tail -1 <<<"$out")")
+    fi
+    echo "$out" | tee -a "$W/rows"
+  done
+}
 "$BIN/crust" image import --root "$W/crust/root" --state "$W/crust/state" \
   --config "$W/crust/config.toml" "$W/busybox.tar" >/dev/null
 "$BIN/crust" serve --listen "$W/crust/crust.sock" --root "$W/crust/root" --state "$W/crust/state" \
@@ -147,6 +172,7 @@ if [ -z "$NRI_ONLY" ]; then
   "$BIN/crust-bench-containers" --endpoint "unix://$W/crust/crust.sock" --label crust \
     --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
   [ -n "$NO_EXEC" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
+  [ -n "$SOME" ] && [ -z "$FROM_NOTHING_ONLY" ] || handler_rows
 fi
 [ -n "$SOME" ] || nri_cost
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
@@ -188,6 +214,13 @@ awk '
     for (k = 1; k <= 2; k++)
       if (fresh["crust", pods[k]] && fresh["containerd", pods[k]])
         printf "%-12s %-34s crust %.2f ms, containerd %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", pods[k], fresh["crust", pods[k]], fresh["containerd", pods[k]], fresh["crust", pods[k]] / fresh["containerd", pods[k]]
+    # Under a runtime handler (crust-runc: the same runc binary as containerd'"'"'s shim runs).
+    n = split("runc-binary crun", hs, " ")
+    for (k = 1; k <= n; k++) {
+      c = fresh["crust-" hs[k], pods[1]]; d = fresh["containerd", pods[1]]
+      if (c && d)
+        printf "%-12s %-34s crust (%s) %.2f ms, containerd (runc) %.2f ms: %.2fx containerd'"'"'s time\n", "ratio", pods[1], hs[k], c, d, c / d
+    }
     for (i = 1; i <= ntimes; i++) {
       c = t["crust", times[i]]; d = t["containerd", times[i]]
       if (c && d)

@@ -27,7 +27,7 @@ case $purpose in
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
   # the kubelet benchmark reads kubelet's /pods with jq.
-  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc gcc libc6-dev curl python3 util-linux procps jq" ;;
+  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc crun gcc libc6-dev curl python3 util-linux procps jq" ;;
   *) echo "usage: $0 build|run|test|bench" >&2; exit 2 ;;
 esac
 

@@ -80,6 +80,10 @@ struct Args {
     /// Measure only a pod with a container from nothing, plain and in a user namespace.
     #[arg(long)]
     only_from_nothing: bool,
+    /// The runtime handler of the pods from nothing (a RuntimeClass's handler; empty: the
+    /// runtime's default), to measure another OCI runtime under the same daemon.
+    #[arg(long, default_value = "")]
+    runtime_handler: String,
     /// Measure only the memory of a pod's own processes (alone, then with five containers).
     #[arg(long)]
     only_memory: bool,
@@ -338,13 +342,18 @@ async fn from_nothing(c: &mut Client, args: &Args, userns: Option<u32>) -> anyho
     let mut total = Vec::new();
     for i in 0..args.warmup + args.rounds {
         let t = Instant::now();
-        let pod = run_pod_in(c, &format!("fresh-{i}"), userns).await?;
-        let id = create_container(c, &pod, "main", &args.image, SLEEPER).await?;
-        start_container(c, &id).await?;
+        let pod = run_pod_in(c, &format!("fresh-{i}"), userns, &args.runtime_handler).await?;
+        let started = match create_container(c, &pod, "main", &args.image, SLEEPER).await {
+            Ok(id) => start_container(c, &id).await,
+            Err(e) => Err(e),
+        };
         if i >= args.warmup {
             total.push(t.elapsed());
         }
+        // The pod goes whether its container started or not: a runtime that refuses it (a
+        // handler the host cannot run) leaves nothing behind on the daemon.
         remove_pod(c, &pod).await?;
+        started?;
     }
     let what = match userns {
         None => "pod + container from nothing",
@@ -521,11 +530,17 @@ type Pod = (String, pb::PodSandboxConfig);
 const USERNS_HOST_ID: u32 = 1_000_000 / 65536 * 65536;
 
 async fn run_pod(c: &mut Client, name: &str) -> anyhow::Result<Pod> {
-    run_pod_in(c, name, None).await
+    run_pod_in(c, name, None, "").await
 }
 
-/// A pod, in a user namespace of its own mapping 65536 ids from `userns` if given.
-async fn run_pod_in(c: &mut Client, name: &str, userns: Option<u32>) -> anyhow::Result<Pod> {
+/// A pod, in a user namespace of its own mapping 65536 ids from `userns` if given, under the
+/// runtime handler `handler` (empty: the default).
+async fn run_pod_in(
+    c: &mut Client,
+    name: &str,
+    userns: Option<u32>,
+    handler: &str,
+) -> anyhow::Result<Pod> {
     let ids = |host_id| {
         vec![pb::IdMapping {
             container_id: 0,
@@ -564,7 +579,7 @@ async fn run_pod_in(c: &mut Client, name: &str, userns: Option<u32>) -> anyhow::
     let id = c
         .run_pod_sandbox(pb::RunPodSandboxRequest {
             config: Some(config.clone()),
-            runtime_handler: String::new(),
+            runtime_handler: handler.to_string(),
         })
         .await?
         .into_inner()
