@@ -23,6 +23,12 @@ echo "cgroupv2-guest: $mode: kernel $(uname -r), PID 1 $(cat /proc/1/comm)," \
   "controllers: $(cat /sys/fs/cgroup/cgroup.controllers), $(nproc) CPUs"
 
 install -m 755 "$out/busybox" /bin/busybox
+# Debian's crun and runc as runtime handlers, where tests/runtime_handlers.rs looks for them
+# (the root file system is a throw-away copy).
+install -m 755 "$out/crun" /usr/bin/crun
+install -m 644 "$out/libyajl.so.2" /usr/lib/x86_64-linux-gnu/libyajl.so.2
+[ -x /usr/sbin/runc ] || install -m 755 "$out/runc" /usr/sbin/runc
+crun --version | head -1 || fail "crun does not run in the guest"
 tools=/run/cgroupv2-tools
 mkdir -p "$tools"
 # Tools the tests call that the guest image lacks, as busybox applets.

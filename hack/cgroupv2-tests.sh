@@ -45,6 +45,7 @@ CGROUPFS_SUITES=(
   "monitor_death the_pod_s_memory_limit_takes_a_container_never_its_monitor a_container_reads_exited_only_once_its_processes_are_gone"
   "diagnose an_oom_killed_container_is_blamed_on_its_own_limit an_oom_kill_at_the_pod_s_limit_is_blamed_on_the_pod a_healthy_pod_then_a_stopped_container_then_a_dead_daemon"
   "user_namespaces a_pod_s_root_is_an_unprivileged_range_of_host_ids volumes_with_the_pod_s_mappings_are_id_mapped the_pod_lives_through_a_daemon_kill_and_leaves_nothing"
+  "runtime_handlers a_pod_runs_under_crun"
 )
 SYSTEMD_SUITES=(
   "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
@@ -94,6 +95,12 @@ cp /bin/busybox "$out/busybox"
 # than its sources).
 ctrd=$(hack/build-tools.sh containerd) || fail "could not build containerd"
 cp /usr/sbin/runc "$out/runc" || fail "runc is missing (hack/install-deps.sh test)"
+# crun as a runtime handler (tests/runtime_handlers.rs): the host's crun 1.8.1 refuses its hybrid
+# hierarchy, so the guest's pure v2 is where a pod runs under it; the guest image has no crun,
+# so Debian's binary goes in with the one library of it the image lacks (yajl).
+cp /usr/bin/crun "$out/crun" || fail "crun is missing (hack/install-deps.sh test)"
+cp -L /usr/lib/x86_64-linux-gnu/libyajl.so.2 "$out/libyajl.so.2" ||
+  fail "crun's libyajl.so.2 is missing (hack/install-deps.sh test installs crun)"
 mkdir -p target/tools
 (cd tests/fixtures/probe && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -o "$top/target/tools/probe" .) ||
   fail "building tests/fixtures/probe"

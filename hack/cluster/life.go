@@ -2,7 +2,8 @@ package main
 
 // `life`: a cluster's life beyond the conformance suite, as its users live it. A Deployment of
 // 20 replicas spread over the workers behind a Service, reached by name from a pod on another
-// node; kubectl exec, logs -f, port-forward and cp through the API server; a rolling update; a
+// node; kubectl exec, logs -f, port-forward and cp through the API server; a pod under a
+// RuntimeClass whose handler is another OCI runtime (life_class.go); a rolling update; a
 // worker drained and uncordoned; and one worker's runtime (crust) SIGKILLed in the middle of a
 // rollout and started again (life_kill.go), after which no running container may have
 // restarted or changed, the rollout completes and the node never left Ready. Each step fails
@@ -105,6 +106,7 @@ func (l *Life) Run() error {
 	}
 	defer func() {
 		_, _ = l.K.Run("delete", "namespace", lifeNS, "--wait=true", "--timeout=120s")
+		_, _ = l.K.Run("delete", "runtimeclass", lifeClass, "--ignore-not-found")
 	}()
 	steps := []step{
 		{"a Deployment of 20 replicas spread over the workers", l.deploy},
@@ -113,6 +115,7 @@ func (l *Life) Run() error {
 		{"kubectl logs -f", l.logsFollow},
 		{"kubectl port-forward", l.portForward},
 		{"kubectl cp", l.copy},
+		{"a pod under a RuntimeClass an OCI runtime binary runs", l.runtimeClass},
 		{"a rolling update", l.rollingUpdate},
 		{"a worker drained and uncordoned", l.drain},
 		{"a worker's runtime SIGKILLed and started again mid-rollout", l.runtimeKilled},

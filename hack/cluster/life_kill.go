@@ -123,8 +123,8 @@ func (l *Life) killMidRollout(n *Node) ([]lifePod, error) {
 }
 
 // afterKill checks the pods after the runtime's restart: every pod whose container ran at the
-// kill and that the rollout kept (the bare pods always) has that same container, never
-// restarted; the rollout reached every pod; the ticker's log goes on. A pod whose container
+// kill and that the rollout kept (the bare pods always, the RuntimeClass's among them) has that
+// same container, never restarted; the rollout reached every pod; the ticker's log goes on. A pod whose container
 // was being created at the kill may have been retried (kubelet counts the retry as a restart):
 // such pods are named, not failed.
 func (l *Life) afterKill(before []lifePod) error {
@@ -143,7 +143,7 @@ func (l *Life) afterKill(before []lifePod) error {
 		}
 		ran[p.Name] = true
 		q, ok := now[p.Name]
-		bare := p.Name == "client" || p.Name == "ticker"
+		bare := p.Name == "client" || p.Name == "ticker" || p.Name == lifeClassPod
 		if !ok && !bare {
 			continue // an old pod the rollout replaced
 		}
@@ -157,6 +157,10 @@ func (l *Life) afterKill(before []lifePod) error {
 		}
 	}
 	if err := l.versionServed(3); err != nil {
+		return err
+	}
+	// The container the binary runs is still crust's to exec in.
+	if err := l.classPodServes(); err != nil {
 		return err
 	}
 	if err := l.spread(l.worker(1), l.worker(2)); err != nil {

@@ -123,6 +123,27 @@ func (p Proc) Pids() ([]int, error) {
 	return found, nil
 }
 
+// cgroupHolds names the processes in the component's cgroup (pid and executable), for an
+// error message.
+func (p Proc) cgroupHolds() string {
+	pids, err := cgroupPids(p.Cgroup)
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	if len(pids) == 0 {
+		return "no process"
+	}
+	var held []string
+	for _, pid := range pids {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			exe = "(" + err.Error() + ")"
+		}
+		held = append(held, fmt.Sprintf("%d %s", pid, exe))
+	}
+	return strings.Join(held, ", ")
+}
+
 // LogTail is the end of the process's log, for an error message.
 func (p Proc) LogTail(lines int) string { return tail(p.Log, lines) }
 

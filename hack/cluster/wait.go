@@ -33,11 +33,17 @@ func waitFor(what string, timeout time.Duration, check func() (done bool, state 
 	}
 }
 
-// alive fails when one of the processes has exited, with the end of its log.
+// alive fails when one of the processes has exited, with what its cgroup still holds and the
+// end of its log; a cgroup that cannot be read fails with that error, not as an exit.
 func alive(procs ...Proc) error {
 	for _, p := range procs {
-		if !p.Running() {
-			return fmt.Errorf("%s of %s exited; the end of %s:\n%s", p.Name, p.Node.Name, p.Log, p.LogTail(25))
+		pids, err := p.Pids()
+		if err != nil {
+			return fmt.Errorf("%s of %s: reading its cgroup %s: %w", p.Name, p.Node.Name, p.Cgroup, err)
+		}
+		if len(pids) == 0 {
+			return fmt.Errorf("%s of %s exited (no process of %s with its arguments in %s, which holds %s); the end of %s:\n%s",
+				p.Name, p.Node.Name, p.Argv[0], p.Cgroup, p.cgroupHolds(), p.Log, p.LogTail(25))
 		}
 	}
 	return nil
