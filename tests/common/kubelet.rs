@@ -131,12 +131,16 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
             if let Ok(Some(status)) = k.child.as_mut().unwrap().try_wait() {
                 panic!("kubelet exited with {status}; log:\n{}", k.log_tail());
             }
-            if http_get(healthz, "/healthz").is_some_and(|b| b == "ok") {
+            // Healthy, and its read-only port serving: kubelet starts that server on its own,
+            // after healthz, and a loaded machine has seen /pods refused once healthz answered.
+            if http_get(healthz, "/healthz").is_ok_and(|b| b == "ok")
+                && http_get(read_only_port, "/pods").is_ok()
+            {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "kubelet not healthy in 60 s; log:\n{}",
+                "kubelet not healthy and serving /pods in 60 s; log:\n{}",
                 k.log_tail()
             );
             std::thread::sleep(Duration::from_millis(200));
@@ -158,7 +162,7 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
     /// `GET` on the read-only port; panics on anything but 200.
     pub fn get(&self, path: &str) -> String {
         http_get(self.read_only_port, path)
-            .unwrap_or_else(|| panic!("kubelet GET {path} failed; log:\n{}", self.log_tail()))
+            .unwrap_or_else(|e| panic!("kubelet GET {path} failed: {e}; log:\n{}", self.log_tail()))
     }
 
     /// The pods kubelet runs (`/pods`), by name without the node suffix.
@@ -316,15 +320,25 @@ fn node_ip() -> String {
         .expect("a global IPv4 address on this machine for kubelet's --node-ip")
 }
 
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+/// `GET` of `path` on kubelet's port: the body of a 200, or what went wrong.
+fn http_get(port: u16, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("reading the answer (30 s at most): {e}"))?;
     let raw = String::from_utf8_lossy(&raw);
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.0 200")
-        .then(|| body.to_owned())
-        .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_owned()))
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP answer: {raw:?}"))?;
+    match head.split(' ').nth(1) {
+        Some("200") => Ok(body.to_owned()),
+        _ => Err(format!(
+            "{}: {body}",
+            head.lines().next().unwrap_or_default()
+        )),
+    }
 }

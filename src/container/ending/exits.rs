@@ -293,11 +293,8 @@ async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscrip
         match subscribed {
             Ok(mut events) => {
                 drop(c);
-                while let Some(event) = events.next().await {
-                    let Some(c) = me.upgrade() else { return };
-                    match event {
-                        Event::Exited { id, exit, started } => c.apply_exit(&id, exit, started),
-                    }
+                if !apply_events(&me, &monitor, &mut events).await {
+                    return;
                 }
             }
             Err(e) => {
@@ -317,6 +314,48 @@ async fn follow(me: Weak<Containers>, pod_id: String, mut first: Option<Subscrip
         }
         drop(c);
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Applies the monitor's events until its connection ends or the monitor is gone, whichever
+/// comes first: a container created but not started is a fork of the monitor waiting for its
+/// start, and holds the monitor's end of the connection open after the monitor died, so the
+/// end of the connection alone would leave it CREATED for good. Once the monitor is gone what
+/// it sent before is still read. False when the daemon is going away.
+async fn apply_events(
+    me: &Weak<Containers>,
+    monitor: &crate::monitor::MonitorHandle,
+    events: &mut Subscription,
+) -> bool {
+    let exited = async {
+        if monitor.exited().await.is_err() && crate::monitor::is_alive(&monitor.identity) {
+            // Nothing to watch it by: the end of the connection tells, as it may.
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(exited);
+    let mut gone = false;
+    loop {
+        let event = if gone {
+            // Only what is buffered: nothing more comes from a dead monitor.
+            match tokio::time::timeout(Duration::from_millis(50), events.next()).await {
+                Ok(event) => event,
+                Err(_) => None,
+            }
+        } else {
+            tokio::select! {
+                event = events.next() => event,
+                _ = &mut exited => {
+                    gone = true;
+                    continue;
+                }
+            }
+        };
+        let Some(event) = event else { return true };
+        let Some(c) = me.upgrade() else { return false };
+        match event {
+            Event::Exited { id, exit, started } => c.apply_exit(&id, exit, started),
+        }
     }
 }
 
