@@ -338,10 +338,10 @@ async fn apply_events(
     loop {
         let event = if gone {
             // Only what is buffered: nothing more comes from a dead monitor.
-            match tokio::time::timeout(Duration::from_millis(50), events.next()).await {
-                Ok(event) => event,
-                Err(_) => None,
-            }
+            tokio::time::timeout(Duration::from_millis(50), events.next())
+                .await
+                .ok()
+                .flatten()
         } else {
             tokio::select! {
                 event = events.next() => event,
