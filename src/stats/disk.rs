@@ -135,6 +135,11 @@ fn mount_source(mountinfo: &str, major: u64, minor: u64) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn mount_tmpfs(at: &Path) {
+        let flags = nix::mount::MsFlags::empty();
+        nix::mount::mount(Some("tmpfs"), at, Some("tmpfs"), flags, None::<&str>).unwrap();
+    }
+
     #[test]
     fn counts_files_dirs_and_hard_links_once() {
         let t = tempfile::tempdir().unwrap();
@@ -158,14 +163,7 @@ mod tests {
         let mnt = t.path().join("ctr/rootfs");
         fs::create_dir_all(&mnt).unwrap();
         let before = disk_usage(t.path()).unwrap();
-        nix::mount::mount(
-            Some("tmpfs"),
-            &mnt,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        )
-        .unwrap();
+        mount_tmpfs(&mnt);
         let written = fs::create_dir(mnt.join("big"))
             .and_then(|()| fs::write(mnt.join("big/file"), vec![7u8; 1 << 20]));
         let during = disk_usage(t.path());
@@ -200,14 +198,7 @@ mod tests {
         assert_eq!(filesystem_id(&containers, &root), root);
         fs::create_dir_all(&containers).unwrap();
         assert_eq!(filesystem_id(&containers, &root), root);
-        nix::mount::mount(
-            Some("tmpfs"),
-            &containers,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        )
-        .unwrap();
+        mount_tmpfs(&containers);
         let split = filesystem_id(&containers, &root);
         nix::mount::umount(&containers).unwrap();
         assert_eq!(split, containers);
