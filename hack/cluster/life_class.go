@@ -37,6 +37,10 @@ spec:
   - name: main
     image: %[5]s
     command: ["sh", "-c", %[6]q]
+    # Ready once httpd serves the page the script wrote: what the test reads is there.
+    readinessProbe:
+      httpGet: {path: /, port: 8080}
+      periodSeconds: 1
 `, lifeClassPod, node, lifeNS, lifeClass, SmokeImage, script)
 }
 
@@ -46,7 +50,7 @@ func (l *Life) runtimeClass() error {
 	if err := l.apply(lifeRuntimeClass() + "---\n" + lifeClassPodManifest(w1)); err != nil {
 		return err
 	}
-	if err := l.waitRunning(lifeClassPod); err != nil {
+	if _, err := l.kubectl("wait", "--for=condition=Ready", "pod/"+lifeClassPod, "--timeout=3m"); err != nil {
 		return err
 	}
 	if err := l.classPodServes(); err != nil {
