@@ -70,7 +70,8 @@ func (l *Life) runtimeClass() error {
 	if err != nil {
 		return err
 	}
-	got, err := l.kubectl("exec", from, "--", "wget", "-qO-", "-T", "10", "http://"+ip+":8080/")
+	// timeout(1), not wget's -T: Debian 12's busybox wget crashes (SIGSEGV) with -T.
+	got, err := l.kubectl("exec", from, "--", "timeout", "10", "wget", "-qO-", "http://"+ip+":8080/")
 	if err != nil {
 		return err
 	}
