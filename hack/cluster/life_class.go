@@ -71,7 +71,7 @@ func (l *Life) runtimeClass() error {
 		return err
 	}
 	// timeout(1), not wget's -T: Debian 12's busybox wget crashes (SIGSEGV) with -T.
-	got, err := l.kubectl("exec", from, "--", "timeout", "10", "wget", "-qO-", "http://"+ip+":8080/")
+	got, err := l.kubectl("exec", from, "--", "sh", "-c", "timeout 10 wget -qO- http://"+ip+":8080/")
 	if err != nil {
 		return err
 	}
