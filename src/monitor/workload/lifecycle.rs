@@ -95,6 +95,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             req,
             pid: Some(pid),
             started_at: None,
+            starting: false,
             exit: None,
             log,
             relays,
@@ -189,8 +190,8 @@ fn relay_outputs(
 
 pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
     let (runtime_dir, runtime, dir, pid) = {
-        let workloads = monitor.workloads.borrow();
-        let Some(w) = workloads.get(id) else {
+        let mut workloads = monitor.workloads.borrow_mut();
+        let Some(w) = workloads.get_mut(id) else {
             return not_found(id);
         };
         if let Some(exit) = &w.exit {
@@ -202,9 +203,10 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
                 ),
             );
         }
-        if w.started_at.is_some() {
+        if w.started_at.is_some() || w.starting {
             return err(Fault::State, format!("container {id} is already running"));
         }
+        w.starting = true;
         (
             w.req.runtime_root.join(id),
             w.req.runtime.clone(),
@@ -218,6 +220,26 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
             .and_then(|mut c| c.start())
             .map_err(|e| e.to_string()),
     };
+    // Stamped as the start returns, before anything else may run: a command that ends at once
+    // (`true`) can be reaped while the start is awaited, and its exit must not precede its start.
+    let started_at = {
+        let mut workloads = monitor.workloads.borrow_mut();
+        let w = workloads.get_mut(id);
+        let now = now_nanos();
+        match (w, &started) {
+            (Some(w), Ok(())) => {
+                w.starting = false;
+                let at = w.exit.as_ref().map_or(now, |e| e.finished_at.min(now));
+                w.started_at = Some(at);
+                at
+            }
+            (Some(w), Err(_)) => {
+                w.starting = false;
+                now
+            }
+            (None, _) => now,
+        }
+    };
     if let Err(e) = started {
         return err(Fault::Failed, format!("starting container {id}: {e}"));
     }
@@ -225,11 +247,7 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
         left_crust(pid).await;
     }
     crate::failpoint!("monitor.start.after_start");
-    let now = now_nanos();
-    if let Some(w) = monitor.workloads.borrow_mut().get_mut(id) {
-        w.started_at = Some(now);
-    }
-    Reply::Started { started_at: now }
+    Reply::Started { started_at }
 }
 
 /// How long StartContainer waits for the container's process to run its own program: only a
@@ -404,7 +422,8 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             log(&format!("recording the exit of {id}: {e}"));
         }
         w.exit = Some(exit.clone());
-        (exit, w.started_at.is_some())
+        // A start under way counts: the daemon keeps the exit until it has recorded the start.
+        (exit, w.started_at.is_some() || w.starting)
     };
     monitor.publish(&Event::Exited {
         id: id.to_owned(),

@@ -32,6 +32,8 @@ pub struct Workload {
     /// The container's main process until it is reaped.
     pub(super) pid: Option<Pid>,
     pub(super) started_at: Option<i64>,
+    /// A start under way: its process may already run, and even end, before the start returns.
+    pub(super) starting: bool,
     pub(super) exit: Option<ExitInfo>,
     pub(super) log: Rc<RefCell<LogFile>>,
     pub(super) relays: Vec<Rc<RefCell<Relay>>>,
