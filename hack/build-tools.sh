@@ -15,6 +15,8 @@
 #               conformance suite)
 #   coredns     coredns (the cluster's DNS addon, only the   hack/tools/coredns/go.mod
 #               plugins its Corefile uses)
+#   checkpointctl  checkpointctl (shows and inspects      hack/tools/checkpointctl/go.mod
+#               checkpoint archives)
 # The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
 # A directory is reused while it holds every binary and was built from the same go.mod and
 # go.sum; otherwise it is built again (into a temporary directory, then renamed, under a lock,
@@ -39,7 +41,8 @@ module_dir() {
     e2e-node) echo "$top/hack/tools/e2e-node" ;;
     cluster) echo "$top/hack/tools/cluster" ;;
     coredns) echo "$top/hack/tools/coredns" ;;
-    *) die "unknown tool '$1' (cri-tools, kubelet, containerd, e2e-node, cluster or coredns)" ;;
+    checkpointctl) echo "$top/hack/tools/checkpointctl" ;;
+    *) die "unknown tool '$1' (cri-tools, kubelet, containerd, e2e-node, cluster, coredns or checkpointctl)" ;;
   esac
 }
 main_module() {
@@ -47,6 +50,7 @@ main_module() {
     cri-tools) echo sigs.k8s.io/cri-tools ;;
     kubelet|e2e-node|cluster) echo k8s.io/kubernetes ;;
     coredns) echo github.com/coredns/coredns ;;
+    checkpointctl) echo github.com/checkpoint-restore/checkpointctl ;;
     containerd) echo github.com/containerd/containerd/v2 ;;
   esac
 }
@@ -59,6 +63,7 @@ binaries() {
     cluster) echo kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl \
       etcd ginkgo agnhost sample-apiserver e2e.test ;;
     coredns) echo coredns ;;
+    checkpointctl) echo checkpointctl ;;
   esac
 }
 
@@ -137,6 +142,9 @@ build_into() { # name outdir version
       # Static, as the image that carries it has no libc.
       CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/coredns" .
       ;;
+    checkpointctl)
+      go build -trimpath -o "$out/checkpointctl" github.com/checkpoint-restore/checkpointctl
+      ;;
     containerd)
       # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
       # and a static shim without cgo or the gRPC server.
@@ -189,7 +197,7 @@ build() { # name
   echo "build-tools: $name $v built in $(( $(date +%s) - start ))s" >&2
 }
 
-usage="cri-tools|kubelet|containerd|e2e-node|cluster|coredns"
+usage="cri-tools|kubelet|containerd|e2e-node|cluster|coredns|checkpointctl"
 [ $# -gt 0 ] || die "usage: $0 [--dir] $usage..."
 if [ "$1" = --dir ]; then
   [ $# -eq 2 ] || die "usage: $0 --dir $usage"

@@ -10,6 +10,9 @@ pkgs="libseccomp-dev pkg-config binutils"
 # What `crust serve` needs: CNI plugins for the default network, iptables for the bridge
 # plugin's masquerading and the portmap plugin.
 serve="containernetworking-plugins iptables"
+# The shared libraries of the CRIU that hack/install-criu.sh unpacks from Debian 13 (checkpoint
+# and restore), which match bookworm's sonames: all but libc.
+criu="libnftables1 libnet1 libprotobuf-c1 libnl-3-200 libbsd0 libgnutls30 libuuid1"
 case $purpose in
   build) ;;
   run) pkgs="$pkgs $serve" ;;
@@ -22,12 +25,13 @@ case $purpose in
   # libFuzzer: g++. RuntimeClass handlers run by an OCI runtime binary
   # (tests/runtime_handlers.rs): crun and runc. The e2e suites' stand-in images carry dig and
   # nslookup, as the upstream agnhost and glibc-dns-testing do (the DNS specs query with them):
-  # bind9-dnsutils, whose binaries and libraries hack/e2e-node-images.sh copies.
-  test) pkgs="$pkgs $serve docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++ bind9-dnsutils" ;;
+  # bind9-dnsutils, whose binaries and libraries hack/e2e-node-images.sh copies. Checkpoint and
+  # restore (tests/checkpoint.rs): CRIU's libraries.
+  test) pkgs="$pkgs $serve $criu docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++ bind9-dnsutils" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
   # the kubelet benchmark reads kubelet's /pods with jq.
-  bench) pkgs="$pkgs $serve docker-registry busybox-static containerd runc crun gcc libc6-dev curl python3 util-linux procps jq" ;;
+  bench) pkgs="$pkgs $serve $criu docker-registry busybox-static containerd runc crun gcc libc6-dev curl python3 util-linux procps jq" ;;
   *) echo "usage: $0 build|run|test|bench" >&2; exit 2 ;;
 esac
 

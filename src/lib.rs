@@ -7,6 +7,7 @@ pub mod clock;
 pub mod config;
 pub mod container;
 pub mod cri;
+pub mod criu;
 pub mod daemon;
 pub mod diagnose;
 pub mod durable;

@@ -86,6 +86,9 @@ pub struct Config {
     /// `name=soft:hard` or `name=limit` (`nofile=1024:4096`); they replace crust's
     /// RLIMIT_NOFILE of 1048576 when they name `nofile`.
     pub default_ulimits: Vec<String>,
+    /// The CRIU binary checkpoints are made with; empty: the `criu` on PATH. It must be
+    /// CRIU 3.16 or later and pass `criu check` on this kernel (docs/checkpoint.md).
+    pub criu_path: PathBuf,
     /// RuntimeClass handlers whose containers an OCI runtime binary runs (CRI-O's
     /// `[crio.runtime.runtimes.NAME]`), by handler name. Each is a handler a pod may ask for
     /// besides `runtime_handlers`, which youki's libcontainer runs; a name in both is the
@@ -444,6 +447,7 @@ impl Default for Config {
             device_ownership_from_security_context: false,
             hooks_dir: Vec::new(),
             default_ulimits: Vec::new(),
+            criu_path: PathBuf::new(),
             runtimes: BTreeMap::new(),
             network: NetworkConfig::default(),
             registry: RegistryConfig::default(),
@@ -612,6 +616,12 @@ impl Config {
             return invalid(format!(
                 "hooks_dir: {} is not an absolute path",
                 dir.display()
+            ));
+        }
+        if !self.criu_path.as_os_str().is_empty() && !self.criu_path.is_absolute() {
+            return invalid(format!(
+                "criu_path: {} is not an absolute path",
+                self.criu_path.display()
             ));
         }
         if self.root == self.state {

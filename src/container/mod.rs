@@ -23,6 +23,7 @@
 //!   reclaimed in the background, and its pod's Stop and Remove wait for that (`ending/remove.rs`).
 
 mod bundle;
+mod checkpoint;
 mod create;
 mod ending;
 mod io;
@@ -42,6 +43,7 @@ use std::time::Duration;
 pub use bundle::apparmor;
 pub use bundle::idmap::probe as probe_user_namespaces;
 use bundle::{host, idmap, poststop, prepare, rootfs, volumes};
+pub use checkpoint::CheckpointError;
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
 use ending::{remove, teardown};
@@ -142,6 +144,8 @@ pub enum ContainerError {
     AppArmor(#[from] apparmor::AppArmorError),
     #[error(transparent)]
     Nri(#[from] crate::nri::NriError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 fn cleanup_note(cleanup: &Option<String>) -> String {
@@ -196,6 +200,10 @@ pub struct ContainerContext {
     pub runtimes: BTreeMap<String, crate::model::OciRuntime>,
     /// What each of those binaries supports, asked once at start (`<runtime> features`).
     pub runtime_features: BTreeMap<String, crate::monitor::oci_cli::RuntimeFeatures>,
+    /// The CRIU binary checkpoints use (`criu_path`); `None`: the `criu` on PATH.
+    pub criu_path: Option<PathBuf>,
+    /// That binary once it passed its checks (`ContainerContext::criu`).
+    criu: tokio::sync::OnceCell<crate::criu::Criu>,
 }
 
 impl ContainerContext {
@@ -219,6 +227,8 @@ impl ContainerContext {
             hooks_dirs: Vec::new(),
             runtimes: BTreeMap::new(),
             runtime_features: BTreeMap::new(),
+            criu_path: None,
+            criu: tokio::sync::OnceCell::new(),
         }
     }
 

@@ -37,6 +37,7 @@ impl Containers {
         for dir in dirs {
             let id = dir.file_name().to_string_lossy().into_owned();
             crate::store::remove_stale_temps(&dir.path());
+            super::checkpoint::recover_in_flight(&self.ctx, &dir.path());
             let tombstone = dir.path().join(TOMBSTONE);
             if tombstone.exists() {
                 let record = crate::store::load::<ContainerRecord>(&tombstone)

@@ -119,6 +119,22 @@ impl RuntimeServer {
         .await
     }
 
+    pub(super) async fn checkpoint_container_rpc(
+        &self,
+        req: pb::CheckpointContainerRequest,
+    ) -> Result<pb::CheckpointContainerResponse, Status> {
+        let id = req.container_id;
+        async {
+            self.containers
+                .checkpoint(&id, &req.location)
+                .await
+                .inspect_err(log_err)?;
+            Ok(pb::CheckpointContainerResponse {})
+        }
+        .instrument(tracing::info_span!("CheckpointContainer", container_id = %id))
+        .await
+    }
+
     pub(super) async fn reopen_container_log_rpc(
         &self,
         req: pb::ReopenContainerLogRequest,

@@ -426,9 +426,11 @@ impl RuntimeService for RuntimeServer {
 
     async fn checkpoint_container(
         &self,
-        _: Request<pb::CheckpointContainerRequest>,
+        req: Request<pb::CheckpointContainerRequest>,
     ) -> Result<Response<pb::CheckpointContainerResponse>, Status> {
-        Err(unimplemented("CheckpointContainer"))
+        Ok(Response::new(
+            self.checkpoint_container_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn checkpoint_pod(

@@ -2,7 +2,7 @@
 
 use tonic::{Code, Status};
 
-use crate::container::ContainerError;
+use crate::container::{CheckpointError, ContainerError};
 use crate::image::{ImageError, ImportError, PullError, UnpackError};
 use crate::monitor::{Fault, MonitorError};
 use crate::network::CniError;
@@ -105,6 +105,16 @@ impl From<ContainerError> for Status {
     }
 }
 
+/// No usable CRIU, or something CRIU cannot keep: the node's or the container's state. A dump
+/// CRIU ran and failed is the container's state too (what it holds, as CRIU's log says).
+fn checkpoint_code(e: &CheckpointError) -> Code {
+    match e {
+        CheckpointError::Location(_) => Code::InvalidArgument,
+        CheckpointError::Io { source, .. } => io_code(source),
+        CheckpointError::Criu(_) | CheckpointError::Unsupported { .. } => Code::FailedPrecondition,
+    }
+}
+
 fn container_code(e: &ContainerError) -> Code {
     match e {
         ContainerError::Invalid(_) | ContainerError::Ambiguous(_) => Code::InvalidArgument,
@@ -139,6 +149,7 @@ fn container_code(e: &ContainerError) -> Code {
         // AppArmor on, but crust's profile cannot be loaded (no parser, a parser error).
         ContainerError::AppArmor(_) => Code::FailedPrecondition,
         ContainerError::Nri(e) => nri_code(e),
+        ContainerError::Checkpoint(e) => checkpoint_code(e),
     }
 }
 

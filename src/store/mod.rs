@@ -134,7 +134,7 @@ fn temp_name(path: &Path) -> String {
     format!(".{name}.{}.{n}{TEMP_SUFFIX}", std::process::id())
 }
 
-const TEMP_SUFFIX: &str = ".tmp";
+pub const TEMP_SUFFIX: &str = ".tmp";
 
 /// The file a sandbox's or container's directory holds when recovery could not remove the
 /// object (what failed): the next start tries again, and `crust check` lists them meanwhile.

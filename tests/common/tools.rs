@@ -136,3 +136,9 @@ pub fn nri_plugin() -> PathBuf {
     go_build(&module, ".", &out, &[("CGO_ENABLED", "0")]);
     out
 }
+
+/// checkpointctl from the pinned github.com/checkpoint-restore/checkpointctl module (built now
+/// if it is not yet).
+pub fn checkpointctl() -> PathBuf {
+    pinned_tool("checkpointctl", "checkpointctl")
+}

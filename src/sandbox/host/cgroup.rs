@@ -318,6 +318,22 @@ impl CgroupSettings {
         pids
     }
 
+    /// Freezes (or thaws) every process of cgroup `path`: the v1 freezer or v2's
+    /// `cgroup.freeze`, waiting until the kernel reports the new state.
+    pub fn freeze(&self, path: &str, frozen: bool) -> Result<(), CgroupError> {
+        let state = if frozen {
+            libcgroups::common::FreezerState::Frozen
+        } else {
+            libcgroups::common::FreezerState::Thawed
+        };
+        self.manager(path)?.freeze(state).map_err(|e| err(path, e))
+    }
+
+    /// The directory whose state freezes cgroup `path` (what CRIU's `--freeze-cgroup` takes).
+    pub fn freezer_dir(&self, path: &str) -> PathBuf {
+        self.controller_dir(path, "freezer")
+    }
+
     /// The pids in the cgroup (empty when it does not exist).
     pub fn pids(&self, path: &str) -> Vec<i32> {
         self.manager(path)

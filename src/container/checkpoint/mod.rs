@@ -1,0 +1,352 @@
+//! CheckpointContainer: a running container's processes, open files and memory dumped by CRIU,
+//! with its writable layer's changes and its spec, into one archive (`archive.rs`), while it
+//! keeps running (kubelet's forensic checkpoint: the container is not told).
+//!
+//! The steps, each undone in every outcome:
+//! 1. the in-flight record (`checkpoint.json` in the container's state directory) names the
+//!    work directory and the archive's temporary file, before either exists;
+//! 2. the container's cgroup is frozen, so the writable layer and the memory are of one
+//!    instant;
+//! 3. CRIU dumps the tree into the work directory (`--leave-running`; the pod's network and
+//!    PID namespaces and the host's bind mounts stay outside, `criu::DumpPlan`);
+//! 4. the writable layer becomes `rootfs-diff.tar` + `deleted.files`, still frozen;
+//! 5. the cgroup is thawed (also when a step before failed);
+//! 6. the archive is written under a temporary name, synced and renamed to the location;
+//! 7. the work directory and the in-flight record are removed.
+//!
+//! A daemon killed on the way leaves the in-flight record: recovery thaws the cgroup and
+//! removes the work directory and the temporary archive (`recover_in_flight`), so nothing stays
+//! frozen and nothing half-written sits at a location.
+
+mod archive;
+mod rootfs_diff;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ContainerContext, ContainerError, ContainerRecord, Containers, Phase, detached};
+use crate::criu::{Criu, CriuError, DumpPlan, ExternalNamespace};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(transparent)]
+    Criu(#[from] CriuError),
+    /// The container has something a checkpoint cannot keep yet.
+    #[error("container {id}: {what} cannot be checkpointed by this version of crust")]
+    Unsupported { id: String, what: String },
+    #[error(
+        "checkpoint location {0:?}: must be the absolute path of the archive to write, in a \
+         directory that exists"
+    )]
+    Location(String),
+    #[error("container {id}: checkpoint: {step} {path}: {source}")]
+    Io {
+        id: String,
+        step: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A checkpoint under way, recorded before it changes anything.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InFlight {
+    pub work_dir: PathBuf,
+    pub archive_temp: PathBuf,
+    pub cgroup: String,
+}
+
+impl crate::store::Record for InFlight {
+    const VERSION: u32 = 1;
+}
+
+/// The in-flight record's name in the container's state directory.
+pub const IN_FLIGHT: &str = "checkpoint.json";
+
+impl Containers {
+    /// Checkpoints running container `id` into the archive `location`; it keeps running.
+    pub async fn checkpoint(
+        self: &Arc<Self>,
+        id: &str,
+        location: &str,
+    ) -> Result<(), ContainerError> {
+        let location = archive_location(location)?;
+        let (me, id) = (self.clone(), id.to_owned());
+        detached(async move {
+            let held = me.hold_existing(&id).await?;
+            let record = held.entry.snapshot();
+            let pid = match (record.phase, record.pid) {
+                (Phase::Running, Some(pid)) => pid,
+                _ => {
+                    return Err(ContainerError::State {
+                        id: held.id.clone(),
+                        state: record.state_name(),
+                        what: "checkpoint it (only a running container can be)",
+                    });
+                }
+            };
+            let criu = me.ctx.criu().await.map_err(CheckpointError::from)?;
+            let ctx = me.ctx.clone();
+            super::blocking(move || checkpoint(&ctx, &criu, &record, pid, &location)).await?;
+            tracing::info!("container checkpointed");
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl ContainerContext {
+    /// The CRIU binary, found and checked once it first passed (a node without one may get it
+    /// installed: a failure is asked again next time).
+    pub async fn criu(&self) -> Result<Criu, CriuError> {
+        let configured = self.criu_path.clone();
+        self.criu
+            .get_or_try_init(|| async move {
+                tokio::task::spawn_blocking(move || Criu::find(configured.as_deref()))
+                    .await
+                    .map_err(|e| CriuError::Unavailable(format!("probing CRIU: {e}")))?
+            })
+            .await
+            .cloned()
+    }
+}
+
+fn archive_location(location: &str) -> Result<PathBuf, CheckpointError> {
+    let path = PathBuf::from(location);
+    let usable = path.is_absolute()
+        && path.file_name().is_some()
+        && path.parent().is_some_and(Path::is_dir)
+        && !path.is_dir();
+    if usable {
+        Ok(path)
+    } else {
+        Err(CheckpointError::Location(location.to_owned()))
+    }
+}
+
+fn checkpoint(
+    ctx: &ContainerContext,
+    criu: &Criu,
+    record: &ContainerRecord,
+    pid: i32,
+    location: &Path,
+) -> Result<(), ContainerError> {
+    let dir = ctx.container_dir(&record.id);
+    let spec_bytes = read(
+        &record.id,
+        "reading the spec",
+        &dir.join("bundle/config.json"),
+    )?;
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&spec_bytes)
+        .map_err(|e| unsupported(&record.id, format!("a spec crust cannot read ({e})")))?;
+    let plan_parts = refuse_or_plan(record, &spec)?;
+    let in_flight = InFlight {
+        work_dir: ctx.layers_dir.join(&record.id).join("checkpoint"),
+        archive_temp: archive::temp_path(location),
+        cgroup: record.cgroup.clone(),
+    };
+    crate::store::save(&dir.join(IN_FLIGHT), &in_flight)?;
+    let job = Job {
+        ctx,
+        criu,
+        record,
+        pid,
+        spec: &spec_bytes,
+        in_flight: &in_flight,
+        location,
+    };
+    let made = job.make(plan_parts);
+    let cleaned = clean_up(ctx, &dir, &in_flight, made.is_ok());
+    made?;
+    cleaned
+}
+
+/// What the dump leaves outside, or why the container cannot be dumped.
+struct Outside {
+    namespaces: Vec<ExternalNamespace>,
+    mounts: Vec<String>,
+}
+
+fn refuse_or_plan(
+    record: &ContainerRecord,
+    spec: &oci_spec::runtime::Spec,
+) -> Result<Outside, ContainerError> {
+    use oci_spec::runtime::LinuxNamespaceType as Ns;
+    let id = &record.id;
+    if let Some(rt) = &record.runtime {
+        let what = format!(
+            "a container of handler {:?} (run by {})",
+            rt.handler,
+            rt.path.display()
+        );
+        return Err(unsupported(id, what));
+    }
+    if record.spec.tty {
+        return Err(unsupported(id, "a container with a tty".into()));
+    }
+    let linux = spec.linux().clone().unwrap_or_default();
+    let mut namespaces = Vec::new();
+    for ns in linux.namespaces().clone().unwrap_or_default() {
+        let inode = |path: &Path| {
+            crate::criu::namespace_inode(path).map_err(|source| CheckpointError::Io {
+                id: id.clone(),
+                step: "reading the namespace",
+                path: path.to_owned(),
+                source,
+            })
+        };
+        match (ns.typ(), ns.path()) {
+            (Ns::User, _) => {
+                return Err(unsupported(id, "a container in a user namespace".into()));
+            }
+            (Ns::Network, Some(p)) => namespaces.push(ExternalNamespace::Net { inode: inode(p)? }),
+            (Ns::Pid, Some(p)) => namespaces.push(ExternalNamespace::Pid { inode: inode(p)? }),
+            _ => {}
+        }
+    }
+    let mounts = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.typ().as_deref() == Some("bind")
+                || m.options()
+                    .iter()
+                    .flatten()
+                    .any(|o| o == "bind" || o == "rbind")
+        })
+        .map(|m| m.destination().display().to_string())
+        .collect();
+    Ok(Outside { namespaces, mounts })
+}
+
+/// One checkpoint once its in-flight record is saved.
+struct Job<'a> {
+    ctx: &'a ContainerContext,
+    criu: &'a Criu,
+    record: &'a ContainerRecord,
+    pid: i32,
+    /// The bytes of the container's config.json.
+    spec: &'a [u8],
+    in_flight: &'a InFlight,
+    location: &'a Path,
+}
+
+impl Job<'_> {
+    /// Steps 2 to 6: freeze, dump, diff, thaw, archive.
+    fn make(&self, outside: Outside) -> Result<(), ContainerError> {
+        let Job {
+            ctx,
+            criu,
+            record,
+            pid,
+            spec,
+            in_flight,
+            location,
+        } = *self;
+        let id = &record.id;
+        let images_dir = in_flight.work_dir.join("images");
+        let io = |step, path: &Path| {
+            let (id, path) = (id.clone(), path.to_owned());
+            move |source| CheckpointError::Io {
+                id,
+                step,
+                path,
+                source,
+            }
+        };
+        crate::durable::create_dir_all(&images_dir).map_err(io("making", &images_dir))?;
+        ctx.cgroups.freeze(&record.cgroup, true)?;
+        crate::durable::step("cgroup frozen", &record.cgroup);
+        let plan = DumpPlan {
+            pid,
+            images_dir: images_dir.clone(),
+            freeze_cgroup: Some(ctx.cgroups.freezer_dir(&record.cgroup)),
+            namespaces: outside.namespaces,
+            external_mounts: outside.mounts,
+            leave_running: true,
+        };
+        let diff = in_flight.work_dir.join("rootfs-diff.tar");
+        let frozen_work = criu
+            .dump(&plan)
+            .map_err(CheckpointError::from)
+            .and_then(|()| {
+                crate::durable::step("criu dumped", id);
+                let upper = super::rootfs::layout(ctx, id).upper;
+                rootfs_diff::write(&upper, &diff)
+                    .map_err(io("archiving the writable layer", &upper))
+            });
+        let thawed = ctx.cgroups.freeze(&record.cgroup, false);
+        crate::durable::step("cgroup thawed", &record.cgroup);
+        let deleted = frozen_work?;
+        thawed?;
+        let runtime = "libcontainer";
+        let contents = archive::Contents {
+            record,
+            runtime,
+            spec,
+            images_dir: &images_dir,
+            rootfs_diff: &diff,
+            deleted: &deleted,
+            checkpointed_at: crate::clock::now_nanos(),
+        };
+        let temp = &in_flight.archive_temp;
+        archive::write(temp, &contents).map_err(io("writing the archive", temp))?;
+        crate::store::rename(temp, location)?;
+        Ok(())
+    }
+}
+
+/// Step 7 (and the undoing of a failed checkpoint): the work directory, a temporary archive
+/// left by a failure, the in-flight record last.
+fn clean_up(
+    ctx: &ContainerContext,
+    dir: &Path,
+    in_flight: &InFlight,
+    done: bool,
+) -> Result<(), ContainerError> {
+    if !done {
+        let _ = ctx.cgroups.freeze(&in_flight.cgroup, false);
+        let _ = crate::durable::remove_file(&in_flight.archive_temp);
+    }
+    let _ = crate::durable::remove_dir_all(&in_flight.work_dir);
+    crate::durable::remove_file(dir.join(IN_FLIGHT)).map_err(|source| ContainerError::Io {
+        what: "removing the checkpoint's in-flight record",
+        path: dir.join(IN_FLIGHT),
+        source,
+    })
+}
+
+/// At start: a checkpoint the previous daemon did not finish is undone (its cgroup thawed, its
+/// work directory and temporary archive removed). Returns whether there was one.
+pub fn recover_in_flight(ctx: &ContainerContext, container_dir: &Path) -> bool {
+    let path = container_dir.join(IN_FLIGHT);
+    let Ok(in_flight) = crate::store::load::<InFlight>(&path) else {
+        return false;
+    };
+    tracing::warn!(
+        cgroup = %in_flight.cgroup,
+        "undoing a checkpoint the previous run did not finish"
+    );
+    let _ = clean_up(ctx, container_dir, &in_flight, false);
+    true
+}
+
+fn read(id: &str, step: &'static str, path: &Path) -> Result<Vec<u8>, CheckpointError> {
+    std::fs::read(path).map_err(|source| CheckpointError::Io {
+        id: id.to_owned(),
+        step,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn unsupported(id: &str, what: String) -> ContainerError {
+    CheckpointError::Unsupported {
+        id: id.to_owned(),
+        what,
+    }
+    .into()
+}
