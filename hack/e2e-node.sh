@@ -64,6 +64,8 @@ done
 
 tools=$("$top/hack/build-tools.sh" e2e-node | tail -1) || fail "could not build the suite"
 crictl=$("$top/hack/build-tools.sh" cri-tools | tail -1)/crictl || fail "could not build crictl"
+# CRIU for the checkpoint spec: crust is given its path; containerd's runc finds it on PATH.
+criu=$("$top/hack/install-criu.sh") || fail "no usable CRIU (hack/install-criu.sh)"
 if [ "$runtime" = crust ]; then
   crust=${CRUST_BIN:-$top/target/debug/crust}
   [ -x "$crust" ] || fail "crust not found at $crust (cargo build --bins)"
@@ -188,7 +190,8 @@ cat > "$work/net.d/10-crust-e2e.conflist" <<JSON
           "routes":[{"dst":"0.0.0.0/0"}]}},
  {"type":"portmap","capabilities":{"portMappings":true}}]}
 JSON
-# A PATH with every command of the host but systemd-run (see the header).
+# A PATH with every command of the host but systemd-run (see the header), and the CRIU above.
+ln -s "$criu" "$work/bin/criu"
 IFS=: read -r -a path_dirs <<<"$PATH"
 for d in "${path_dirs[@]}"; do
   [ -d "$d" ] || continue
@@ -203,6 +206,8 @@ for h in $(cgroup_roots); do mkdir -p "$h$runtime_cgroup"; done
 if [ "$runtime" = crust ]; then
   {
     printf 'cgroup_driver = "cgroupfs"\ndefault_cgroup_parent = "/crust-e2e-pods"\n'
+    # The checkpoint spec (E2E_FOCUS=features) checkpoints through kubelet with this CRIU.
+    printf 'criu_path = "%s"\n' "$criu"
     cat "$top/e2e-node-config/crust.toml"
     printf '\n[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n' "$work/net.d"
   } > "$work/crust.toml"

@@ -18,33 +18,24 @@ use common::workload::{Env, tail};
 use common::*;
 use crust::cri::pb;
 
-/// The CRIU hack/install-criu.sh provides (installed now if it is not yet).
-fn criu() -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-criu.sh");
-    let out = Command::new(&script)
-        .output()
-        .expect("hack/install-criu.sh runs");
-    assert!(
-        out.status.success(),
-        "no usable CRIU: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
 /// A daemon whose `criu_path` is `criu` (through a drop-in, as an operator would set it).
 async fn env_with_criu(criu: &Path) -> Env {
-    let criu = criu.to_owned();
-    Env::start_with(move |d| {
-        let dropins = d.config.parent().unwrap().join("config.d");
-        std::fs::create_dir_all(&dropins).unwrap();
-        std::fs::write(
-            dropins.join("50-criu.toml"),
-            format!("criu_path = {:?}\n", criu.display().to_string()),
-        )
+    let toml = format!("criu_path = {:?}\n", criu.display().to_string());
+    Env::start_with(move |d| d.drop_in("50-criu.toml", &toml)).await
+}
+
+/// The line `crust check` prints about CRIU for the daemon's configuration.
+fn check_line(e: &Env) -> String {
+    let check = Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["check", "--config"])
+        .arg(&e.d.config)
+        .output()
         .unwrap();
-    })
-    .await
+    let text = String::from_utf8_lossy(&check.stdout);
+    text.lines()
+        .find(|l| l.contains(" criu "))
+        .unwrap_or_else(|| panic!("no criu line in crust check: {text}"))
+        .to_owned()
 }
 
 /// A pod as kubelet makes one with a container counting up in its log every 100 ms, which
@@ -138,8 +129,13 @@ fn assert_no_checkpoint_leftovers(e: &Env, id: &str, export_dir: &Path) {
 
 #[tokio::test]
 async fn crictl_checkpoint_writes_an_archive_checkpointctl_shows_and_the_container_runs_on() {
-    let mut e = env_with_criu(&criu()).await;
+    let mut e = env_with_criu(&tools::criu()).await;
     let (pod, id) = counter(&mut e, "ckpt").await;
+    let line = check_line(&e);
+    assert!(
+        line.starts_with("ok") && line.contains("`criu check` passes"),
+        "{line}"
+    );
     let export = e.d.dir.join("exports");
     std::fs::create_dir_all(&export).unwrap();
     let archive = export.join("counter.tar");
@@ -234,7 +230,7 @@ async fn crictl_checkpoint_writes_an_archive_checkpointctl_shows_and_the_contain
 
 #[tokio::test]
 async fn only_a_running_container_at_an_absolute_location_can_be_checkpointed() {
-    let mut e = env_with_criu(&criu()).await;
+    let mut e = env_with_criu(&tools::criu()).await;
     let pod = e.pod("ckpt-states").await;
     let export = e.d.dir.join("exports");
     std::fs::create_dir_all(&export).unwrap();
@@ -306,6 +302,11 @@ async fn without_a_usable_criu_a_checkpoint_says_support_is_not_available() {
     );
     assert_eq!(freezer_state(&mut e, &id).await, "THAWED");
     assert!(Daemon::entries(&export).is_empty());
+    let line = check_line(&e);
+    assert!(
+        line.starts_with("warn") && line.contains("/nonexistent/criu"),
+        "{line}"
+    );
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
 
@@ -320,7 +321,7 @@ fn traced_steps(log: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_daemon_killed_after_any_step_of_a_checkpoint_leaves_nothing_frozen_or_half_written() {
-    let criu = criu();
+    let criu = tools::criu();
     let mut e = env_with_criu(&criu).await;
     let (pod, id) = counter(&mut e, "ckpt-crash").await;
     let export = e.d.dir.join("exports");

@@ -892,3 +892,73 @@ async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// kubelet's forensic checkpoint (`POST /checkpoint/{namespace}/{pod}/{container}`, the
+/// ContainerCheckpoint gate, on by default): kubelet asks crust for an archive under its root
+/// directory and answers with its path; the archive holds what the node suite's checkpoint spec
+/// looks for, kubelet counts the operation, and the container runs on without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_checkpoints_a_container_through_its_endpoint() {
+    let criu = common::tools::criu();
+    let e = Env::start_with(|d| {
+        d.drop_in(
+            "50-criu.toml",
+            &format!("criu_path = {:?}\n", criu.display().to_string()),
+        );
+    })
+    .await;
+    let k = Kubelet::start(&e.d);
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: ckpt, namespace: default}}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {}\n    \
+         command: [sh, -c, \"i=0; while true; do echo $i; i=$((i+1)); sleep 0.2; done\"]\n",
+        e.image
+    );
+    k.put("ckpt", &pod);
+    let status = k.wait_pod("ckpt", "running", |s| running(s, "main"));
+    let id = crust_id(&status, "main");
+    let operations = |k: &Kubelet| -> f64 {
+        k.get("/metrics")
+            .lines()
+            .filter(|l| {
+                l.starts_with("kubelet_runtime_operations_total{")
+                    && l.contains("operation_type=\"checkpoint_container\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(operations(&k), 0.0);
+
+    let node = common::kubelet::NODE;
+    let (code, body) = k.post(&format!("/checkpoint/default/ckpt-{node}/main"));
+    assert_eq!(code, 200, "{body}\nkubelet log:\n{}", k.log_tail());
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let archive = std::path::PathBuf::from(answer["items"][0].as_str().unwrap());
+    assert!(
+        archive.starts_with(k.dir.join("root/checkpoints")),
+        "{}",
+        archive.display()
+    );
+    let names = Command::new("tar")
+        .arg("-tf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&names.stdout);
+    for member in ["spec.dump", "config.dump", "checkpoint/inventory.img"] {
+        assert!(
+            names.lines().any(|n| n == member),
+            "{member} not in {names}"
+        );
+    }
+    assert_eq!(operations(&k), 1.0);
+
+    // The container was not restarted: same id, running, restart count 0.
+    let after = k.wait_pod("ckpt", "running", |s| running(s, "main"));
+    assert_eq!(crust_id(&after, "main"), id);
+    assert_eq!(container(&after, "main")["restartCount"], 0);
+
+    k.remove("ckpt");
+    let mut c = e.d.client().await;
+    wait_no_pods(&mut c, &k).await;
+}

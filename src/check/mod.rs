@@ -51,6 +51,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("mirrors", mirrors(config).into()),
         ("leftovers", leftovers(&config.state)),
         ("kubelet", kubelet::statistics(&config.listen)),
+        ("criu", runtimes::criu(config)),
     ];
     checks.extend(
         runtimes::handlers(config)

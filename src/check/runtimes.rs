@@ -1,6 +1,6 @@
 //! The runtime handlers: libcontainer's, and each one an OCI runtime binary runs
 //! (`[runtimes.<handler>]`): the binary found, its version, and what `<runtime> features`
-//! reports (what Status tells kubelet for that handler).
+//! reports (what Status tells kubelet for that handler); and CRIU, which checkpoints use.
 
 use super::Finding;
 use crate::config::Config;
@@ -44,5 +44,20 @@ fn binary(name: &str, runtime: &crate::model::OciRuntime) -> Finding {
     match f.unknown {
         None => Finding::Ok(detail),
         Some(why) => Finding::Warn(format!("{detail} ({why})")),
+    }
+}
+
+/// The CRIU CheckpointContainer would use: a warning without one, as only checkpoints need it.
+pub fn criu(config: &Config) -> Finding {
+    let configured = Some(config.criu_path.as_path()).filter(|p| !p.as_os_str().is_empty());
+    match crate::criu::Criu::find(configured) {
+        Ok(c) => Finding::Ok(format!(
+            "{} (CRIU {}): `criu check` passes; checkpoints work",
+            c.path.display(),
+            c.version_text()
+        )),
+        Err(e) => Finding::Warn(format!(
+            "{e}; CheckpointContainer fails, nothing else needs CRIU"
+        )),
     }
 }

@@ -215,6 +215,13 @@ impl Daemon {
     }
 
     /// Adds TOML to the config file (before the daemon starts).
+    /// Writes a drop-in `config.d/<name>` beside the config file, as an operator would.
+    pub fn drop_in(&self, name: &str, toml: &str) {
+        let dir = self.config.parent().unwrap().join("config.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), toml).unwrap();
+    }
+
     pub fn append_config(&self, toml: &str) {
         let mut text = std::fs::read_to_string(&self.config).unwrap();
         text.push_str(toml);

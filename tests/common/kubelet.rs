@@ -26,6 +26,8 @@ pub struct Kubelet {
     /// The cgroup root kubelet puts `kubepods` under (cgroupfs driver).
     pub cgroup_root: String,
     pub read_only_port: u16,
+    /// The authenticated API (HTTPS, anonymous and AlwaysAllow here): /exec, /checkpoint.
+    pub port: u16,
 }
 
 impl Kubelet {
@@ -125,6 +127,7 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
             logs,
             cgroup_root,
             read_only_port,
+            port,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -163,6 +166,33 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
     pub fn get(&self, path: &str) -> String {
         http_get(self.read_only_port, path)
             .unwrap_or_else(|e| panic!("kubelet GET {path} failed: {e}; log:\n{}", self.log_tail()))
+    }
+
+    /// `POST` on the authenticated API (kubelet's self-signed certificate is not checked);
+    /// returns the HTTP status and the body.
+    pub fn post(&self, path: &str) -> (u16, String) {
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "-X",
+                "POST",
+                "-w",
+                "\n%{http_code}",
+                "--max-time",
+                "120",
+            ])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl runs (apt-get install curl)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let code = code.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "kubelet POST {path}: no HTTP answer: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (code, body.to_owned())
     }
 
     /// The pods kubelet runs (`/pods`), by name without the node suffix.

@@ -142,3 +142,18 @@ pub fn nri_plugin() -> PathBuf {
 pub fn checkpointctl() -> PathBuf {
     pinned_tool("checkpointctl", "checkpointctl")
 }
+
+/// The CRIU hack/install-criu.sh provides: the system's when it is 4.1 or later, else Debian 13's
+/// unpacked into the tools cache (now, if it is not there yet).
+pub fn criu() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/install-criu.sh");
+    let out = Command::new(&script)
+        .output()
+        .expect("hack/install-criu.sh runs");
+    assert!(
+        out.status.success(),
+        "no usable CRIU: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
