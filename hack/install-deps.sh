@@ -10,9 +10,9 @@ pkgs="libseccomp-dev pkg-config binutils"
 # What `crust serve` needs: CNI plugins for the default network, iptables for the bridge
 # plugin's masquerading and the portmap plugin.
 serve="containernetworking-plugins iptables"
-# The shared libraries of the CRIU that hack/install-criu.sh unpacks from Debian 13 (checkpoint
-# and restore), which match bookworm's sonames: all but libc.
-criu="libnftables1 libnet1 libprotobuf-c1 libnl-3-200 libbsd0 libgnutls30 libuuid1"
+# The shared libraries of the CRIU that hack/install-criu.sh unpacks from Debian testing
+# (checkpoint and restore) whose sonames bookworm has (it brings libc, libnet and libnl itself).
+criu="libnftables1 libprotobuf-c1 libbsd0 libgnutls30 libuuid1"
 case $purpose in
   build) ;;
   run) pkgs="$pkgs $serve" ;;

@@ -384,3 +384,186 @@ async fn a_daemon_killed_after_any_step_of_a_checkpoint_leaves_nothing_frozen_or
     wait_counted_past(&e, &pod, at + 2).await;
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
+
+/// The answer of the probe's server at `ip`:8080 ("served N"), asked until it answers.
+async fn served(ip: &str) -> String {
+    use std::io::Read;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = std::net::TcpStream::connect((ip, 8080)).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match answer {
+            Ok(text) if text.starts_with("served ") => return text.trim().to_owned(),
+            other => assert!(
+                Instant::now() < deadline,
+                "no answer from {ip}:8080: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn pod_ip(e: &mut Env, pod: &str) -> String {
+    let s =
+        e.c.pod_sandbox_status(pb::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.into(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    s.status.unwrap().network.unwrap().ip
+}
+
+/// A container of the probe's server on port 8080 (the probe mounted from the host).
+fn server(e: &Env) -> pb::ContainerConfig {
+    let mut config = e.config("server", &["/probe", "serve", "8080"]);
+    config.mounts.push(pb::Mount {
+        container_path: "/probe".into(),
+        host_path: tools::probe().display().to_string(),
+        readonly: true,
+        ..Default::default()
+    });
+    config
+}
+
+/// A container config whose image is the checkpoint archive `archive`, as CRI-O takes one.
+fn from_archive(e: &Env, name: &str, archive: &Path) -> pb::ContainerConfig {
+    let mut config = e.config(name, &[]);
+    config.image = Some(pb::ImageSpec {
+        image: archive.display().to_string(),
+        ..Default::default()
+    });
+    config
+}
+
+async fn checkpoint_to(e: &mut Env, id: &str, archive: &Path) {
+    e.c.checkpoint_container(pb::CheckpointContainerRequest {
+        container_id: id.into(),
+        location: archive.display().to_string(),
+        timeout: 0,
+    })
+    .await
+    .unwrap_or_else(|err| panic!("checkpoint of {id}: {err:?}\n{}", tail(&e.d.log(), 20)));
+}
+
+#[tokio::test]
+async fn a_restored_container_carries_on_in_a_new_pod_with_its_files_and_its_listening_socket() {
+    let mut e = env_with_criu(&tools::criu()).await;
+    let (pod, counter_id) = counter(&mut e, "ckpt-src").await;
+    let server_id = e.run(&pod, server(&e)).await;
+    let ip = pod_ip(&mut e, &pod.0).await;
+    assert_eq!(served(&ip).await, "served 1");
+    let export = e.d.dir.join("exports");
+    std::fs::create_dir_all(&export).unwrap();
+    let (counter_tar, server_tar) = (export.join("counter.tar"), export.join("server.tar"));
+    checkpoint_to(&mut e, &counter_id, &counter_tar).await;
+    let at_dump = last_count(&e, &pod);
+    checkpoint_to(&mut e, &server_id, &server_tar).await;
+    // The originals run on.
+    assert_eq!(served(&ip).await, "served 2");
+
+    let copy = e.pod("ckpt-copy").await;
+    let counter2 = e
+        .create(&copy, from_archive(&e, "counter", &counter_tar))
+        .await;
+    let counter2 =
+        counter2.unwrap_or_else(|err| panic!("restore: {err:?}\n{}", tail(&e.d.log(), 20)));
+    // Without the host's mount it had, the restore says which one it needs.
+    let err = e
+        .create(&copy, from_archive(&e, "server", &server_tar))
+        .await
+        .expect_err("a mount missing");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("bind mount at /probe"), "{err:?}");
+    let mut with_probe = from_archive(&e, "server", &server_tar);
+    with_probe.mounts = server(&e).mounts;
+    let server2 = e.create(&copy, with_probe).await.unwrap();
+    // Created, not running: its processes wait, stopped, for StartContainer.
+    let status = e.status(&counter2).await;
+    assert_eq!(status.state, pb::ContainerState::ContainerCreated as i32);
+    assert_eq!(
+        status.image.unwrap().image,
+        e.image,
+        "the image it was made from"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        e.log_records(&copy, "counter").is_empty(),
+        "ran before its start"
+    );
+    for id in [&counter2, &server2] {
+        e.c.start_container(pb::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap_or_else(|err| panic!("start of the restored {id}: {err:?}"));
+    }
+
+    // The counter goes on from where it was dumped, not from 0.
+    wait_counted_past(&e, &copy, at_dump + 2).await;
+    let first: i64 = e.log_records(&copy, "counter")[0]
+        .strip_prefix("stdout F ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        first > at_dump - 3 && first <= at_dump + 2,
+        "the restored counter began at {first}, dumped at {at_dump}"
+    );
+    // What it wrote is there, what it removed is still gone; exec works in it.
+    assert_eq!(e.sh(&counter2, "cat /data/kept").await, "kept\n");
+    assert_eq!(
+        e.sh(&counter2, "test -e /etc/group && echo there || echo gone")
+            .await,
+        "gone\n"
+    );
+    // The server listens at the new pod's address and its count went on from the dump's.
+    let ip2 = pod_ip(&mut e, &copy.0).await;
+    assert_ne!(ip, ip2);
+    assert_eq!(served(&ip2).await, "served 2");
+    assert_eq!(served(&ip).await, "served 3");
+
+    // Both pods go, and with them every container, restored or not, leaving nothing.
+    remove_pod(&mut e.c, &copy.0).await;
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_checkpoint_is_refused_and_leaves_nothing() {
+    let mut e = env_with_criu(&tools::criu()).await;
+    let pod = e.pod("not-ckpt").await;
+    let bogus = e.d.dir.join("bogus.tar");
+    let staged = e.d.dir.join("staged");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("hello"), "x").unwrap();
+    let out = Command::new("tar")
+        .arg("-cf")
+        .arg(&bogus)
+        .arg("-C")
+        .arg(&staged)
+        .arg("hello")
+        .status()
+        .unwrap();
+    assert!(out.success());
+    let err = e
+        .create(&pod, from_archive(&e, "bogus", &bogus))
+        .await
+        .expect_err("not a checkpoint");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("not a checkpoint archive"),
+        "{err:?}"
+    );
+    assert!(e.listed().await.is_empty());
+    assert!(
+        Daemon::entries(&e.d.root.join("containers")).is_empty(),
+        "{:?}",
+        Daemon::entries(&e.d.root.join("containers"))
+    );
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}

@@ -1,11 +1,13 @@
 //! CreateContainer: plan, save the `Creating` record, then build the container: hold the
 //! image, mount the root filesystem, build and write the OCI spec, and have the pod's monitor
 //! create the process (which waits to be started). Any failure undoes what was done and
-//! names the step that failed.
+//! names the step that failed. An image that is the path of a checkpoint archive restores
+//! the container from it (`checkpoint/restore.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::checkpoint::{CheckpointError, restore};
 use super::prepare::{self, Inputs};
 use super::{
     ContainerError, ContainerRecord, Containers, ImageInfo, Phase, blocking, detached, monitor_of,
@@ -15,7 +17,7 @@ use crate::cdi::Resolved;
 use crate::history::Fact;
 use crate::model::NamespaceMode;
 use crate::model::{ContainerSpec, ResolvedUser};
-use crate::monitor::CreateRequest;
+use crate::monitor::{CreateRequest, RestoreRequest};
 use crate::sandbox::SandboxRecord;
 
 type Step = (&'static str, ContainerError);
@@ -185,6 +187,7 @@ impl Containers {
         cdi: &Resolved,
     ) -> Result<(), Step> {
         let monitor = monitor_of(pod).map_err(|e| ("reach the pod's monitor", e))?;
+        let restoring = self.unpack_checkpoint(record).await?;
         let (images, id, image) = (
             self.images.clone(),
             record.id.clone(),
@@ -202,6 +205,13 @@ impl Containers {
             .map_err(|e| ("open the pod's user namespace", e))?
             .map(Arc::new);
         let mount_userns = userns.clone();
+        if let Some((_, unpacked)) = &restoring {
+            let (id, unpacked, upper) = (record.id.clone(), unpacked.clone(), layout.upper.clone());
+            let lowerdirs = lowerdirs.clone();
+            blocking(move || restore::apply_diff(&id, &unpacked, &upper, &lowerdirs))
+                .await
+                .map_err(|e| ("restore the checkpoint's writable layer", e))?;
+        }
         blocking(move || rootfs::mount(&mount_layout, &lowerdirs, mount_userns.as_deref()))
             .await
             .map_err(|e| ("mount the root filesystem", e))?;
@@ -274,6 +284,11 @@ impl Containers {
         if record.runtime.is_some() {
             crate::oci::masked_as_runc_reads(&mut prepared.spec);
         }
+        if let Some((_, unpacked)) = &restoring {
+            unpacked
+                .check_mounts(&record.id, &prepared.spec)
+                .map_err(|e| ("restore the checkpoint's mounts", e.into()))?;
+        }
         let dir = self.ctx.container_dir(&record.id);
         let bundle =
             prepare::write_bundle(&dir, &prepared.spec).map_err(|e| ("write the bundle", e))?;
@@ -284,7 +299,11 @@ impl Containers {
         cgroups
             .create_named_systemd(&record.cgroup)
             .map_err(|e| ("create the container's name=systemd cgroup", e.into()))?;
-        let req = self.create_request(record, bundle);
+        let mut req = self.create_request(record, bundle);
+        req.restore = restoring.map(|(criu, unpacked)| RestoreRequest {
+            criu: criu.path,
+            images_dir: unpacked.images_dir,
+        });
         let pid = monitor
             .create(req, self.ctx.monitor_timeout)
             .await
@@ -334,7 +353,38 @@ impl Containers {
             ),
             own_pid_namespace: record.own_pid_namespace,
             runtime: record.runtime.clone(),
+            restore: None,
         }
+    }
+
+    /// When the request's image is a checkpoint archive: CRIU, and the archive unpacked into
+    /// the container's layer directory; the record's image becomes the one it was made from.
+    async fn unpack_checkpoint(
+        &self,
+        record: &mut ContainerRecord,
+    ) -> Result<Option<(crate::criu::Criu, restore::Unpacked)>, Step> {
+        if !restore::is_archive(&record.spec.image) {
+            return Ok(None);
+        }
+        if let Some(rt) = &record.runtime {
+            let e = CheckpointError::Unsupported {
+                id: record.id.clone(),
+                what: format!("a restore under handler {:?}", rt.handler),
+            };
+            return Err(("restore the checkpoint", e.into()));
+        }
+        let criu = self
+            .ctx
+            .criu()
+            .await
+            .map_err(|e| ("find CRIU for the restore", CheckpointError::from(e).into()))?;
+        let (id, archive) = (record.id.clone(), PathBuf::from(&record.spec.image));
+        let layer_dir = self.ctx.layers_dir.join(&record.id);
+        let unpacked = blocking(move || restore::unpack(&id, &archive, &layer_dir))
+            .await
+            .map_err(|e| ("unpack the checkpoint archive", e))?;
+        record.spec.image = unpacked.image.clone();
+        Ok(Some((criu, unpacked)))
     }
 
     /// The names ContainerStatus reports for the image: its tag (the one the request named,

@@ -109,7 +109,9 @@ impl From<ContainerError> for Status {
 /// CRIU ran and failed is the container's state too (what it holds, as CRIU's log says).
 fn checkpoint_code(e: &CheckpointError) -> Code {
     match e {
-        CheckpointError::Location(_) => Code::InvalidArgument,
+        CheckpointError::Location(_)
+        | CheckpointError::NotACheckpoint { .. }
+        | CheckpointError::MissingMount { .. } => Code::InvalidArgument,
         CheckpointError::Io { source, .. } => io_code(source),
         CheckpointError::Criu(_) | CheckpointError::Unsupported { .. } => Code::FailedPrecondition,
     }

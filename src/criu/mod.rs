@@ -17,6 +17,10 @@ use std::process::Command;
 
 pub use dump::{DumpPlan, ExternalNamespace, LOG, namespace_inode};
 
+/// What a container's stdin, stdout and stderr were at its dump (`pipe:[1234]`, `/dev/null`),
+/// as runc records them beside CRIU's images: a restore hands new pipes in their place.
+pub const DESCRIPTORS: &str = "descriptors.json";
+
 /// runc's and containerd's minimum, as CRIU numbers versions (major * 10000 + minor * 100 +
 /// sublevel).
 pub const MIN_VERSION: u32 = 31600;

@@ -182,6 +182,19 @@ pub struct CreateRequest {
     /// `None`: libcontainer (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<crate::model::OciRuntime>,
+    /// The container is restored from a checkpoint by CRIU, its processes left stopped until
+    /// Start, instead of created by libcontainer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreRequest>,
+}
+
+/// A container's processes as a checkpoint holds them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    /// The CRIU binary.
+    pub criu: PathBuf,
+    /// CRIU's images (with the dump's `descriptors.json`).
+    pub images_dir: PathBuf,
 }
 
 /// A process to run in a running container (ExecSync).

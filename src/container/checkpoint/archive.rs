@@ -10,6 +10,7 @@
 //! status             the container's state (containerd's `status` file)
 //! rootfs-diff.tar    what the container changed in its image's files
 //! deleted.files      what it removed of them (a JSON list; only when it removed any)
+//! bind.mounts        the host's bind mounts it had, which a restore must be given again
 //! container.log      its CRI log, as it was
 //! ```
 //!
@@ -34,8 +35,19 @@ pub struct Contents<'a> {
     pub images_dir: &'a Path,
     pub rootfs_diff: &'a Path,
     pub deleted: &'a [String],
+    pub bind_mounts: &'a [BindMount],
     pub checkpointed_at: i64,
 }
+
+/// A bind mount from the host that the dump left outside (CRI-O's `bind.mounts` entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct BindMount {
+    pub destination: String,
+    pub source: String,
+}
+
+/// The name of the bind mount list in the archive.
+pub const BIND_MOUNTS: &str = "bind.mounts";
 
 /// checkpointctl's `ContainerConfig`, as Podman, CRI-O and containerd write it.
 #[derive(Serialize)]
@@ -94,6 +106,7 @@ pub fn write(temp: &Path, c: &Contents) -> io::Result<()> {
     append_json(&mut tar, "config.dump", &config_dump(c))?;
     append_json(&mut tar, "status", &status(c.record))?;
     tar.append_path_with_name(c.rootfs_diff, "rootfs-diff.tar")?;
+    append_json(&mut tar, BIND_MOUNTS, &c.bind_mounts)?;
     if !c.deleted.is_empty() {
         append_json(&mut tar, "deleted.files", &c.deleted)?;
     }

@@ -19,6 +19,7 @@
 //! frozen and nothing half-written sits at a location.
 
 mod archive;
+pub mod restore;
 mod rootfs_diff;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,20 @@ pub enum CheckpointError {
          directory that exists"
     )]
     Location(String),
+    /// CreateContainer named a file that is not a checkpoint archive crust can restore.
+    #[error("{archive}: not a checkpoint archive crust can restore: {why}")]
+    NotACheckpoint { archive: PathBuf, why: String },
+    /// A restore whose container lacks a bind mount the checkpointed container had.
+    #[error(
+        "container {id}: the checkpoint had a bind mount at {destination} (from {host}), which \
+         the container's config does not give: give every mount of the checkpointed container \
+         again"
+    )]
+    MissingMount {
+        id: String,
+        destination: String,
+        host: String,
+    },
     #[error("container {id}: checkpoint: {step} {path}: {source}")]
     Io {
         id: String,
@@ -166,7 +181,7 @@ fn checkpoint(
 /// What the dump leaves outside, or why the container cannot be dumped.
 struct Outside {
     namespaces: Vec<ExternalNamespace>,
-    mounts: Vec<String>,
+    mounts: Vec<archive::BindMount>,
 }
 
 fn refuse_or_plan(
@@ -217,7 +232,14 @@ fn refuse_or_plan(
                     .flatten()
                     .any(|o| o == "bind" || o == "rbind")
         })
-        .map(|m| m.destination().display().to_string())
+        .map(|m| archive::BindMount {
+            destination: m.destination().display().to_string(),
+            source: m
+                .source()
+                .as_ref()
+                .map(|s| s.display().to_string())
+                .unwrap_or_default(),
+        })
         .collect();
     Ok(Outside { namespaces, mounts })
 }
@@ -258,6 +280,9 @@ impl Job<'_> {
             }
         };
         crate::durable::create_dir_all(&images_dir).map_err(io("making", &images_dir))?;
+        let descriptors = images_dir.join(crate::criu::DESCRIPTORS);
+        crate::durable::write(&descriptors, standard_streams(pid))
+            .map_err(io("writing", &descriptors))?;
         ctx.cgroups.freeze(&record.cgroup, true)?;
         crate::durable::step("cgroup frozen", &record.cgroup);
         let plan = DumpPlan {
@@ -265,7 +290,11 @@ impl Job<'_> {
             images_dir: images_dir.clone(),
             freeze_cgroup: Some(ctx.cgroups.freezer_dir(&record.cgroup)),
             namespaces: outside.namespaces,
-            external_mounts: outside.mounts,
+            external_mounts: outside
+                .mounts
+                .iter()
+                .map(|m| m.destination.clone())
+                .collect(),
             leave_running: true,
         };
         let diff = in_flight.work_dir.join("rootfs-diff.tar");
@@ -290,6 +319,7 @@ impl Job<'_> {
             images_dir: &images_dir,
             rootfs_diff: &diff,
             deleted: &deleted,
+            bind_mounts: &outside.mounts,
             checkpointed_at: crate::clock::now_nanos(),
         };
         let temp = &in_flight.archive_temp;
@@ -297,6 +327,17 @@ impl Job<'_> {
         crate::store::rename(temp, location)?;
         Ok(())
     }
+}
+
+fn standard_streams(pid: i32) -> Vec<u8> {
+    let links: Vec<String> = (0..3)
+        .map(|fd| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    serde_json::to_vec(&links).unwrap_or_default()
 }
 
 /// Step 7 (and the undoing of a failed checkpoint): the work directory, a temporary archive

@@ -189,7 +189,7 @@ fn relay_outputs(
 }
 
 pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
-    let (runtime_dir, runtime, dir, pid) = {
+    let (runtime_dir, runtime, dir, pid, restored) = {
         let mut workloads = monitor.workloads.borrow_mut();
         let Some(w) = workloads.get_mut(id) else {
             return not_found(id);
@@ -212,11 +212,13 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
             w.req.runtime.clone(),
             w.req.dir.clone(),
             w.pid,
+            w.req.restore.is_some().then(|| w.req.cgroup_procs.clone()),
         )
     };
-    let started = match runtime {
-        Some(runtime) => start_by_binary(monitor, runtime, id, dir).await,
-        None => libcontainer::container::Container::load(runtime_dir)
+    let started = match (runtime, restored) {
+        (_, Some(procs)) => super::restore::continue_restored(procs.as_deref(), &runtime_dir),
+        (Some(runtime), None) => start_by_binary(monitor, runtime, id, dir).await,
+        (None, None) => libcontainer::container::Container::load(runtime_dir)
             .and_then(|mut c| c.start())
             .map_err(|e| e.to_string()),
     };

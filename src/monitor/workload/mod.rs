@@ -13,6 +13,7 @@ pub(super) mod interactive;
 pub(super) mod lifecycle;
 mod logs;
 pub(super) mod oom;
+mod restore;
 pub(super) mod worker;
 
 use std::cell::RefCell;

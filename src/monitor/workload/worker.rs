@@ -176,6 +176,7 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
                 stdio.into(),
                 console_socket.as_deref(),
             )),
+            None if req.restore.is_some() => super::restore::run(&req, stdio),
             None => create(&req, stdio, console_socket),
         },
         Job::Exec {
