@@ -567,3 +567,163 @@ async fn a_file_that_is_not_a_checkpoint_is_refused_and_leaves_nothing() {
     );
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
+
+/// The values a `probe shm` container printed.
+fn shm_values(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str) -> Vec<u64> {
+    e.log_records(pod, name)
+        .iter()
+        .filter_map(|r| r.strip_prefix("stdout F ")?.parse().ok())
+        .collect()
+}
+
+async fn wait_values(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shm_values(e, pod, name).len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{name} printed {:?}",
+            e.log_records(pod, name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A container counting in the pod's shared memory (/dev/shm/counter) with the probe.
+fn shm_counter(e: &Env, name: &str) -> pb::ContainerConfig {
+    let mut config = e.config(name, &["/probe", "shm", "/dev/shm/counter"]);
+    config.mounts = server(e).mounts;
+    config
+}
+
+#[tokio::test]
+async fn a_pod_checkpoint_restores_as_a_new_pod_whose_containers_still_share_memory() {
+    let mut e = env_with_criu(&tools::criu()).await;
+    let pod = e.pod("duo").await;
+    let a = e.run(&pod, shm_counter(&e, "a")).await;
+    let b = e.run(&pod, shm_counter(&e, "b")).await;
+    wait_values(&e, &pod, "a", 3).await;
+    wait_values(&e, &pod, "b", 3).await;
+    let out = e.d.dir.join("pod-checkpoint");
+    std::fs::create_dir_all(&out).unwrap();
+    let request = |ids: Vec<String>, options: &[(&str, &str)]| pb::CheckpointPodRequest {
+        pod_sandbox_id: pod.0.clone(),
+        output_path: out.display().to_string(),
+        container_ids: ids,
+        options: options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+
+    // What the API refuses, before anything is written.
+    for (bad, why) in [
+        (request(vec![a.clone()], &[("x", "y")]), "option"),
+        (request(vec![], &[]), "container_ids"),
+        (request(vec![a.clone(), a.clone()], &[]), "container_ids"),
+    ] {
+        let err = e.c.checkpoint_pod(bad).await.expect_err(why);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(why), "{err:?}");
+    }
+    assert!(Daemon::entries(&out).is_empty());
+
+    e.c.checkpoint_pod(request(vec![a.clone(), b.clone()], &[]))
+        .await
+        .unwrap_or_else(|err| panic!("CheckpointPod: {err:?}\n{}", tail(&e.d.log(), 20)));
+    let dumped = shm_values(&e, &pod, "a")
+        .into_iter()
+        .chain(shm_values(&e, &pod, "b"))
+        .max()
+        .unwrap();
+    let mut files = Daemon::entries(&out);
+    files.sort();
+    assert_eq!(files, ["containers", "devshm.tar", "pod.json"]);
+    let mut archives = Daemon::entries(&out.join("containers"));
+    archives.sort();
+    assert_eq!(archives, ["a.tar", "b.tar"]);
+    for id in [&a, &b] {
+        assert_eq!(freezer_state(&mut e, id).await, "THAWED");
+        assert_no_checkpoint_leftovers(&e, id, &out.join("containers"));
+    }
+    // An output directory that is not empty is refused.
+    let err = e
+        .c
+        .checkpoint_pod(request(vec![a.clone()], &[]))
+        .await
+        .expect_err("not empty");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+
+    // RestorePod: a new pod, each container CREATED from its archive with the config of its
+    // name; a name the checkpoint does not hold is refused and leaves no pod.
+    let mut config = pod_config("duo-copy");
+    with_namespaces(
+        &mut config,
+        pb::NamespaceMode::Pod,
+        pb::NamespaceMode::Container,
+        pb::NamespaceMode::Pod,
+    );
+    config.log_directory = e.d.dir.join("logs/duo-copy").display().to_string();
+    let restore = |configs: Vec<pb::ContainerConfig>| pb::RestorePodRequest {
+        checkpoint_path: out.display().to_string(),
+        config: Some(config.clone()),
+        runtime_handler: String::new(),
+        options: Default::default(),
+        container_configs: configs,
+    };
+    let err = e
+        .c
+        .restore_pod(restore(vec![shm_counter(&e, "a"), shm_counter(&e, "c")]))
+        .await
+        .expect_err("names differ");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    let pods = e
+        .c
+        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(pods.len(), 1, "{pods:?}");
+
+    let restored = e
+        .c
+        .restore_pod(restore(vec![shm_counter(&e, "b"), shm_counter(&e, "a")]))
+        .await
+        .unwrap_or_else(|err| panic!("RestorePod: {err:?}\n{}", tail(&e.d.log(), 30)))
+        .into_inner();
+    let copy = (restored.pod_sandbox_id.clone(), config.clone());
+    let mut names: Vec<&str> = restored
+        .restored_containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "b"]);
+    for c in &restored.restored_containers {
+        let status = e.status(&c.container_id).await;
+        assert_eq!(status.state, pb::ContainerState::ContainerCreated as i32);
+        e.c.start_container(pb::StartContainerRequest {
+            container_id: c.container_id.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    wait_values(&e, &copy, "a", 5).await;
+    wait_values(&e, &copy, "b", 5).await;
+    // Still one counter in shared memory: past the dump's, and no value printed twice (two
+    // private copies would each go on from the same value).
+    let (va, vb) = (shm_values(&e, &copy, "a"), shm_values(&e, &copy, "b"));
+    let mut all: Vec<u64> = va.iter().chain(&vb).copied().collect();
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(all.len(), before, "a printed {va:?}, b printed {vb:?}");
+    assert!(
+        all[0] + 10 > dumped && all[0] < dumped + 10,
+        "restored from {}, dumped at {dumped}",
+        all[0]
+    );
+
+    remove_pod(&mut e.c, &copy.0).await;
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::convert;
 use super::pb::{self, runtime_service_server::RuntimeService};
-use super::status::{self, unimplemented};
+use super::status;
 use crate::config::CgroupDriver;
 use crate::container::Containers;
 use crate::network::Cni;
@@ -435,16 +435,18 @@ impl RuntimeService for RuntimeServer {
 
     async fn checkpoint_pod(
         &self,
-        _: Request<pb::CheckpointPodRequest>,
+        req: Request<pb::CheckpointPodRequest>,
     ) -> Result<Response<pb::CheckpointPodResponse>, Status> {
-        Err(unimplemented("CheckpointPod"))
+        Ok(Response::new(
+            self.checkpoint_pod_rpc(req.into_inner()).await?,
+        ))
     }
 
     async fn restore_pod(
         &self,
-        _: Request<pb::RestorePodRequest>,
+        req: Request<pb::RestorePodRequest>,
     ) -> Result<Response<pb::RestorePodResponse>, Status> {
-        Err(unimplemented("RestorePod"))
+        Ok(Response::new(self.restore_pod_rpc(req.into_inner()).await?))
     }
 
     async fn list_metric_descriptors(

@@ -19,6 +19,8 @@
 //! frozen and nothing half-written sits at a location.
 
 mod archive;
+mod pod;
+pub use pod::{PodCheckpoint, PodRestore};
 pub mod restore;
 mod rootfs_diff;
 
@@ -71,6 +73,9 @@ pub struct InFlight {
     pub work_dir: PathBuf,
     pub archive_temp: PathBuf,
     pub cgroup: String,
+    /// What else an unfinished checkpoint leaves (a pod's: its other files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_remove: Vec<PathBuf>,
 }
 
 impl crate::store::Record for InFlight {
@@ -104,7 +109,7 @@ impl Containers {
             };
             let criu = me.ctx.criu().await.map_err(CheckpointError::from)?;
             let ctx = me.ctx.clone();
-            super::blocking(move || checkpoint(&ctx, &criu, &record, pid, &location)).await?;
+            super::blocking(move || checkpoint(&ctx, &criu, record, pid, &location)).await?;
             tracing::info!("container checkpointed");
             Ok(())
         })
@@ -144,41 +149,55 @@ fn archive_location(location: &str) -> Result<PathBuf, CheckpointError> {
 fn checkpoint(
     ctx: &ContainerContext,
     criu: &Criu,
-    record: &ContainerRecord,
+    record: Arc<ContainerRecord>,
     pid: i32,
     location: &Path,
 ) -> Result<(), ContainerError> {
-    let dir = ctx.container_dir(&record.id);
-    let spec_bytes = read(
-        &record.id,
-        "reading the spec",
-        &dir.join("bundle/config.json"),
-    )?;
-    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&spec_bytes)
-        .map_err(|e| unsupported(&record.id, format!("a spec crust cannot read ({e})")))?;
-    let plan_parts = refuse_or_plan(record, &spec)?;
-    let in_flight = InFlight {
-        work_dir: ctx.layers_dir.join(&record.id).join("checkpoint"),
-        archive_temp: archive::temp_path(location),
-        cgroup: record.cgroup.clone(),
-    };
-    crate::store::save(&dir.join(IN_FLIGHT), &in_flight)?;
-    let job = Job {
-        ctx,
-        criu,
-        record,
-        pid,
-        spec: &spec_bytes,
-        in_flight: &in_flight,
-        location,
-    };
-    let made = job.make(plan_parts);
-    let cleaned = clean_up(ctx, &dir, &in_flight, made.is_ok());
+    let prepared = prepare(ctx, record, pid, location, Vec::new())?;
+    let made = prepared.make(ctx, criu, true);
+    let cleaned = prepared.finish(ctx, made.is_ok());
     made?;
     cleaned
 }
 
+/// Step 1: the spec read, what stays outside decided (or the container refused), the in-flight
+/// record saved. `also_remove`: what an unfinished checkpoint leaves besides its own files (a
+/// pod's checkpoint: the archives beside this one).
+fn prepare(
+    ctx: &ContainerContext,
+    record: Arc<ContainerRecord>,
+    pid: i32,
+    location: &Path,
+    also_remove: Vec<PathBuf>,
+) -> Result<Prepared, ContainerError> {
+    let dir = ctx.container_dir(&record.id);
+    let spec = read(
+        &record.id,
+        "reading the spec",
+        &dir.join("bundle/config.json"),
+    )?;
+    let parsed: oci_spec::runtime::Spec = serde_json::from_slice(&spec)
+        .map_err(|e| unsupported(&record.id, format!("a spec crust cannot read ({e})")))?;
+    let outside = refuse_or_plan(&record, &parsed)?;
+    let in_flight = InFlight {
+        work_dir: ctx.layers_dir.join(&record.id).join("checkpoint"),
+        archive_temp: archive::temp_path(location),
+        cgroup: record.cgroup.clone(),
+        also_remove,
+    };
+    crate::store::save(&dir.join(IN_FLIGHT), &in_flight)?;
+    Ok(Prepared {
+        record,
+        pid,
+        spec,
+        outside,
+        in_flight,
+        location: location.to_owned(),
+    })
+}
+
 /// What the dump leaves outside, or why the container cannot be dumped.
+#[derive(Clone)]
 struct Outside {
     namespaces: Vec<ExternalNamespace>,
     mounts: Vec<archive::BindMount>,
@@ -244,30 +263,35 @@ fn refuse_or_plan(
     Ok(Outside { namespaces, mounts })
 }
 
-/// One checkpoint once its in-flight record is saved.
-struct Job<'a> {
-    ctx: &'a ContainerContext,
-    criu: &'a Criu,
-    record: &'a ContainerRecord,
+/// One container's checkpoint once its in-flight record is saved.
+struct Prepared {
+    record: Arc<ContainerRecord>,
     pid: i32,
     /// The bytes of the container's config.json.
-    spec: &'a [u8],
-    in_flight: &'a InFlight,
-    location: &'a Path,
+    spec: Vec<u8>,
+    outside: Outside,
+    in_flight: InFlight,
+    location: PathBuf,
 }
 
-impl Job<'_> {
-    /// Steps 2 to 6: freeze, dump, diff, thaw, archive.
-    fn make(&self, outside: Outside) -> Result<(), ContainerError> {
-        let Job {
-            ctx,
-            criu,
+impl Prepared {
+    /// Steps 2 to 6: freeze (unless the caller froze it, with the rest of its pod), dump,
+    /// diff, thaw (likewise), archive.
+    fn make(
+        &self,
+        ctx: &ContainerContext,
+        criu: &Criu,
+        freezes: bool,
+    ) -> Result<(), ContainerError> {
+        let Prepared {
             record,
             pid,
             spec,
+            outside,
             in_flight,
             location,
-        } = *self;
+        } = self;
+        let pid = *pid;
         let id = &record.id;
         let images_dir = in_flight.work_dir.join("images");
         let io = |step, path: &Path| {
@@ -283,13 +307,15 @@ impl Job<'_> {
         let descriptors = images_dir.join(crate::criu::DESCRIPTORS);
         crate::durable::write(&descriptors, standard_streams(pid))
             .map_err(io("writing", &descriptors))?;
-        ctx.cgroups.freeze(&record.cgroup, true)?;
-        crate::durable::step("cgroup frozen", &record.cgroup);
+        if freezes {
+            ctx.cgroups.freeze(&record.cgroup, true)?;
+            crate::durable::step("cgroup frozen", &record.cgroup);
+        }
         let plan = DumpPlan {
             pid,
             images_dir: images_dir.clone(),
             freeze_cgroup: Some(ctx.cgroups.freezer_dir(&record.cgroup)),
-            namespaces: outside.namespaces,
+            namespaces: outside.namespaces.clone(),
             external_mounts: outside
                 .mounts
                 .iter()
@@ -307,14 +333,18 @@ impl Job<'_> {
                 rootfs_diff::write(&upper, &diff)
                     .map_err(io("archiving the writable layer", &upper))
             });
-        let thawed = ctx.cgroups.freeze(&record.cgroup, false);
-        crate::durable::step("cgroup thawed", &record.cgroup);
+        let thawed = if freezes {
+            let thawed = ctx.cgroups.freeze(&record.cgroup, false);
+            crate::durable::step("cgroup thawed", &record.cgroup);
+            thawed
+        } else {
+            Ok(())
+        };
         let deleted = frozen_work?;
         thawed?;
-        let runtime = "libcontainer";
         let contents = archive::Contents {
             record,
-            runtime,
+            runtime: "libcontainer",
             spec,
             images_dir: &images_dir,
             rootfs_diff: &diff,
@@ -326,6 +356,16 @@ impl Job<'_> {
         archive::write(temp, &contents).map_err(io("writing the archive", temp))?;
         crate::store::rename(temp, location)?;
         Ok(())
+    }
+
+    /// Step 7, or the undoing of a failed checkpoint.
+    fn finish(&self, ctx: &ContainerContext, done: bool) -> Result<(), ContainerError> {
+        clean_up(
+            ctx,
+            &ctx.container_dir(&self.record.id),
+            &self.in_flight,
+            done,
+        )
     }
 }
 
@@ -350,7 +390,9 @@ fn clean_up(
 ) -> Result<(), ContainerError> {
     if !done {
         let _ = ctx.cgroups.freeze(&in_flight.cgroup, false);
-        let _ = crate::durable::remove_file(&in_flight.archive_temp);
+        for file in std::iter::once(&in_flight.archive_temp).chain(&in_flight.also_remove) {
+            let _ = crate::durable::remove_file(file);
+        }
     }
     let _ = crate::durable::remove_dir_all(&in_flight.work_dir);
     crate::durable::remove_file(dir.join(IN_FLIGHT)).map_err(|source| ContainerError::Io {
