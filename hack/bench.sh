@@ -22,8 +22,11 @@
 # container's create and start, on crust alone; NRI_ONLY=1 measures only that. A pod with a
 # container from nothing is measured plain and in a user namespace of its own (hostUsers:
 # false), and on crust under the runtime handlers runc and crun (Debian's binaries, the runc
-# that containerd's shim runs); FROM_NOTHING_ONLY=1 measures only those. The last lines compare crust with
-# containerd where both were measured: the pods from nothing, the relist, memory and streaming.
+# that containerd's shim runs); FROM_NOTHING_ONLY=1 measures only those. Checkpoint (and, on crust,
+# restore) of a container holding 10 and 200 MiB of touched memory, both runtimes with the CRIU of
+# hack/install-criu.sh; CHECKPOINT_ONLY=1 measures only those. The last lines compare crust with
+# containerd where both were measured: the pods from nothing, the relist, memory, streaming and
+# checkpoints.
 # Needs root and a release build (make bench builds it). Usage: hack/bench.sh [--pods N]
 set -euo pipefail
 CONTAINER_ARGS=${CONTAINER_ARGS:-}
@@ -33,20 +36,25 @@ FROM_NOTHING_ONLY=${FROM_NOTHING_ONLY:-}
 NRI_ONLY=${NRI_ONLY:-}
 MEMORY_ONLY=${MEMORY_ONLY:-}
 RELIST_ONLY=${RELIST_ONLY:-}
+CHECKPOINT_ONLY=${CHECKPOINT_ONLY:-}
 [ -n "$EXEC_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-stream-execs"
 [ -n "$PORTFORWARD_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-port-forward"
 [ -n "$FROM_NOTHING_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-from-nothing"
 [ -n "$MEMORY_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-memory"
 [ -n "$RELIST_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-relist"
+[ -n "$CHECKPOINT_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-checkpoint"
 # Only some container rows: no pod sandbox rows, no NRI.
-SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY
+SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY$CHECKPOINT_ONLY
 # Those without an exec round trip.
-NO_EXEC=$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY
+NO_EXEC=$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY$CHECKPOINT_ONLY
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release}
 [ -x "$BIN/crust" ] && [ -x "$BIN/crust-bench" ] && [ -x "$BIN/crust-bench-containers" ] ||
   { echo "build first: cargo build --release --bins" >&2; exit 1; }
 [ -x /bin/busybox ] || { echo "busybox-static missing (hack/install-deps.sh bench)" >&2; exit 1; }
+# The CRIU both runtimes checkpoint with: crust is given its path, containerd's runc finds it on
+# its PATH.
+CRIU=$(hack/install-criu.sh)
 
 # The containerd to compare with, built (or reused from the cache) before anything is measured.
 # shellcheck source=hack/containerd-peer.sh
@@ -137,6 +145,7 @@ nri_cost() {
 # that is the default handler's name, which a [runtimes.runc] table would give to the binary.
 HANDLERS="runc-binary=/usr/sbin/runc crun=/usr/bin/crun"
 {
+  printf 'criu_path = "%s"\n' "$CRIU"
   printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
     "$W/net.d" "$W/crust/nri.sock" "$W/crust/nri-plugins"
   for h in $HANDLERS; do
@@ -147,6 +156,11 @@ HANDLERS="runc-binary=/usr/sbin/runc crun=/usr/bin/crun"
 # A pod with a container from nothing under each handler, on the same daemon: the OCI runtime's
 # own cost beside libcontainer in the monitor. A handler the host refuses (crun 1.8.1 on a
 # hybrid cgroup host) prints its row as not measured, with the runtime's words.
+# Checkpoint (and restore) rows, which the full container run leaves out; archives on disk.
+checkpoint_rows() { # label endpoint
+  "$BIN/crust-bench-containers" --endpoint "$2" --label "$1" --image "$IMAGE" --only-checkpoint \
+    --checkpoint-dir "$W/checkpoints" | tee -a "$W/rows"
+}
 handler_rows() {
   local h out
   for h in $HANDLERS; do
@@ -173,6 +187,7 @@ if [ -z "$NRI_ONLY" ]; then
     --daemon-pid "$CRUST_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
   [ -n "$NO_EXEC" ] || exec_roundtrip crust "unix://$W/crust/crust.sock"
   [ -n "$SOME" ] && [ -z "$FROM_NOTHING_ONLY" ] || handler_rows
+  [ -n "$SOME" ] || checkpoint_rows crust "unix://$W/crust/crust.sock"
 fi
 [ -n "$SOME" ] || nri_cost
 kill "$CRUST_PID"; wait "$CRUST_PID" 2>/dev/null || true
@@ -183,7 +198,7 @@ C=$W/ctrd
 mkdir -p "$C"
 ctrd_config "$C/config.toml" "$C/root" "$C/state" "$C/containerd.sock" \
   cni_conf_dir="$W/net.d" sandbox_image=crust.bench/pause:1
-ctrd_start "$C/config.toml" "$C/log"
+PATH="$(dirname "$CRIU"):$PATH" ctrd_start "$C/config.toml" "$C/log"
 PIDS+=("$CTRD_PID")
 wait_for "$C/containerd.sock" || { cat "$C/log" >&2; exit 1; }
 "$CTRD_DIR/ctr" --address "$C/containerd.sock" -n k8s.io images import "$W/pause.tar" >/dev/null
@@ -194,6 +209,7 @@ sleep 1
 "$BIN/crust-bench-containers" --endpoint "unix://$C/containerd.sock" --label containerd \
   --daemon-pid "$CTRD_PID" --image "$IMAGE" $CONTAINER_ARGS | tee -a "$W/rows"
 [ -n "$NO_EXEC" ] || exec_roundtrip containerd "unix://$C/containerd.sock"
+[ -n "$SOME" ] || checkpoint_rows containerd "unix://$C/containerd.sock"
 
 # crust against containerd: the pods from nothing, the relist's median time, memory (RSS and PSS
 # medians), and the streaming rows, each as crust's figure over containerd's.
@@ -207,6 +223,7 @@ awk '
   /pod \+ container from nothing/ && / median=/ && !/full node/ { k = ($0 ~ /userns/) ? "pod + container from nothing, userns" : "pod + container from nothing"; for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); fresh[$1, k] = v } }
   / (rss|pss)= / { k = what($0); rss[$1, k] = num($0, "rss"); pss[$1, k] = num($0, "pss"); if (!(k in seen)) { seen[k] = 1; mem[++nmem] = k } }
   /relist \(|relist: |full node: / { k = what($0); t[$1, k] = num($0, "median"); if (!(k in tseen)) { tseen[k] = 1; times[++ntimes] = k } }
+  /checkpoint, [0-9]+ MiB touched/ { k = what($0); t[$1, k] = num($0, "median"); if (!(k in tseen)) { tseen[k] = 1; times[++ntimes] = k } }
   /Exec over SPDY/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); ms[$1] = v } }
   /port-forward .* (up|down) \((SPDY|WebSocket)\)/ { for (i = 1; i <= NF; i++) if ($i ~ /^median=/) { v = substr($i, 8); if (v == "") v = $(i + 1); rate[$1, $5 " " $6] = v } }
   END {

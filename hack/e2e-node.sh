@@ -64,7 +64,7 @@ done
 
 tools=$("$top/hack/build-tools.sh" e2e-node | tail -1) || fail "could not build the suite"
 crictl=$("$top/hack/build-tools.sh" cri-tools | tail -1)/crictl || fail "could not build crictl"
-# CRIU for the checkpoint spec: crust is given its path; containerd's runc finds it on PATH.
+# CRIU for the checkpoint spec: crust is given its path; containerd's runc finds it on its PATH.
 criu=$("$top/hack/install-criu.sh") || fail "no usable CRIU (hack/install-criu.sh)"
 if [ "$runtime" = crust ]; then
   crust=${CRUST_BIN:-$top/target/debug/crust}
@@ -242,7 +242,7 @@ TOML
   desc="containerd $CTRD_DESC"
   (
     for h in $(cgroup_roots); do echo "$BASHPID" > "$h$runtime_cgroup/cgroup.procs"; done
-    PATH="$CTRD_DIR:$PATH" exec "$CTRD_DIR/containerd" --config "$work/containerd.toml"
+    PATH="$CTRD_DIR:$(dirname "$criu"):$PATH" exec "$CTRD_DIR/containerd" --config "$work/containerd.toml"
   ) > "$work/containerd.log" 2>&1 8>&- &
   rt_pid=$!
   rt_log=$work/containerd.log

@@ -646,11 +646,10 @@ async fn a_pod_checkpoint_restores_as_a_new_pod_whose_containers_still_share_mem
         assert_no_checkpoint_leftovers(&e, id, &out.join("containers"));
     }
     // An output directory that is not empty is refused.
-    let err = e
-        .c
-        .checkpoint_pod(request(vec![a.clone()], &[]))
-        .await
-        .expect_err("not empty");
+    let err =
+        e.c.checkpoint_pod(request(vec![a.clone()], &[]))
+            .await
+            .expect_err("not empty");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
 
     // RestorePod: a new pod, each container CREATED from its archive with the config of its
@@ -670,27 +669,24 @@ async fn a_pod_checkpoint_restores_as_a_new_pod_whose_containers_still_share_mem
         options: Default::default(),
         container_configs: configs,
     };
-    let err = e
-        .c
-        .restore_pod(restore(vec![shm_counter(&e, "a"), shm_counter(&e, "c")]))
-        .await
-        .expect_err("names differ");
+    let err =
+        e.c.restore_pod(restore(vec![shm_counter(&e, "a"), shm_counter(&e, "c")]))
+            .await
+            .expect_err("names differ");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    let pods = e
-        .c
-        .list_pod_sandbox(pb::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods =
+        e.c.list_pod_sandbox(pb::ListPodSandboxRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
     assert_eq!(pods.len(), 1, "{pods:?}");
 
-    let restored = e
-        .c
-        .restore_pod(restore(vec![shm_counter(&e, "b"), shm_counter(&e, "a")]))
-        .await
-        .unwrap_or_else(|err| panic!("RestorePod: {err:?}\n{}", tail(&e.d.log(), 30)))
-        .into_inner();
+    let restored =
+        e.c.restore_pod(restore(vec![shm_counter(&e, "b"), shm_counter(&e, "a")]))
+            .await
+            .unwrap_or_else(|err| panic!("RestorePod: {err:?}\n{}", tail(&e.d.log(), 30)))
+            .into_inner();
     let copy = (restored.pod_sandbox_id.clone(), config.clone());
     let mut names: Vec<&str> = restored
         .restored_containers

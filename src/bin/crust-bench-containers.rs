@@ -9,11 +9,15 @@
 //! measured twice: as a plain pod, then as one with its own user namespace (`hostUsers:
 //! false`: a mapped range of host ids, the image's layers id-mapped). `--only-lifecycle` runs
 //! the first rows alone (the NRI comparison of hack/bench.sh); `--only-from-nothing`,
-//! `--only-memory` and `--only-relist` the pods from nothing, the memory rows and the relist.
+//! `--only-memory` and `--only-relist` the pods from nothing, the memory rows and the relist;
+//! `--only-checkpoint` checkpoint and restore (`bench/checkpoint.rs`), which the full run
+//! leaves out.
 //!
 //! crust-bench-containers --endpoint unix:///run/crust/crust.sock --label crust \
 //!   --image crust.bench/busybox:1
 
+#[path = "bench/checkpoint.rs"]
+mod checkpoint;
 #[path = "bench/common.rs"]
 mod common;
 #[path = "bench/stream_exec.rs"]
@@ -90,6 +94,15 @@ struct Args {
     /// Measure only the relist (and the memory of each of its pods).
     #[arg(long)]
     only_relist: bool,
+    /// Measure only checkpoint and restore of a container with 10 and 200 MiB of memory.
+    #[arg(long)]
+    only_checkpoint: bool,
+    /// Checkpoints (and restores) measured for each size.
+    #[arg(long, default_value_t = 5)]
+    checkpoints: usize,
+    /// Where the archives are written (on disk, as kubelet writes them).
+    #[arg(long, default_value = "/var/tmp/crust-bench-checkpoints")]
+    checkpoint_dir: String,
     /// Which ways the port-forward transfers go.
     #[arg(long, value_delimiter = ',', default_value = "up,down")]
     port_forward_ways: Vec<String>,
@@ -120,6 +133,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only_memory {
         return memory(&mut c, &args).await;
+    }
+    if args.only_checkpoint {
+        return checkpoint::checkpoint_restore(&mut c, &args).await;
     }
     if args.only_relist {
         return relist(&mut c, &args).await;

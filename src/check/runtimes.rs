@@ -50,7 +50,17 @@ fn binary(name: &str, runtime: &crate::model::OciRuntime) -> Finding {
 /// The CRIU CheckpointContainer would use: a warning without one, as only checkpoints need it.
 pub fn criu(config: &Config) -> Finding {
     let configured = Some(config.criu_path.as_path()).filter(|p| !p.as_os_str().is_empty());
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (needed, why) = crate::criu::needed_for_kernel(&release);
     match crate::criu::Criu::find(configured) {
+        Ok(c) if c.version < needed => Finding::Warn(format!(
+            "{} is CRIU {}: {why} (Linux {release} needs CRIU {}; docs/checkpoint.md)",
+            c.path.display(),
+            c.version_text(),
+            crate::criu::dotted(needed)
+        )),
         Ok(c) => Finding::Ok(format!(
             "{} (CRIU {}): `criu check` passes; checkpoints work",
             c.path.display(),

@@ -60,7 +60,7 @@ impl Criu {
             Some(p) => p.to_owned(),
             None => on_path("criu").ok_or_else(|| {
                 CriuError::Unavailable(
-                    "no criu on PATH (install CRIU 4.1 or later, or set criu_path)".into(),
+                    "no criu on PATH (install CRIU 4.2 or later, or set criu_path; docs/checkpoint.md)".into(),
                 )
             })?,
         };
@@ -86,6 +86,25 @@ impl Criu {
 
     pub fn version_text(&self) -> String {
         dotted(self.version)
+    }
+}
+
+/// The oldest CRIU that checkpoints everything it can on kernel `release` (`6.18.4-...`),
+/// and why: 6.13 split the vDSO's data pages (CRIU 4.1), 6.16 made `SO_PASSSEC` unix-only, and
+/// CRIU before 4.2 cannot dump a TCP socket there.
+pub fn needed_for_kernel(release: &str) -> (u32, &'static str) {
+    let mut parts = release
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    match (major, minor) {
+        (m, _) if m > 6 => (40200, "it cannot dump a TCP socket on Linux 6.16 and later"),
+        (6, n) if n >= 16 => (40200, "it cannot dump a TCP socket on Linux 6.16 and later"),
+        (6, n) if n >= 13 => (
+            40100,
+            "it fails on Linux 6.13 and later (the vDSO's new layout)",
+        ),
+        _ => (MIN_VERSION, "runc's and containerd's minimum"),
     }
 }
 
@@ -197,6 +216,15 @@ mod tests {
         assert_eq!(parse_version("Version: 4.2-rc1\n"), Some(40200));
         assert_eq!(parse_version("criu: unknown\n"), None);
         assert_eq!(dotted(40101), "4.1.1");
+    }
+
+    #[test]
+    fn each_kernel_needs_the_criu_that_works_on_it() {
+        assert_eq!(needed_for_kernel("6.18.44-fc-v1272").0, 40200);
+        assert_eq!(needed_for_kernel("6.16.0").0, 40200);
+        assert_eq!(needed_for_kernel("6.13.2-arch1").0, 40100);
+        assert_eq!(needed_for_kernel("6.1.0-28-amd64").0, MIN_VERSION);
+        assert_eq!(needed_for_kernel("7.0.1").0, 40200);
     }
 
     #[test]
