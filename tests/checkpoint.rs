@@ -26,12 +26,7 @@ async fn env_with_criu(criu: &Path) -> Env {
 
 /// The line `crust check` prints about CRIU for the daemon's configuration.
 fn check_line(e: &Env) -> String {
-    let check = Command::new(env!("CARGO_BIN_EXE_crust"))
-        .args(["check", "--config"])
-        .arg(&e.d.config)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&check.stdout);
+    let text = e.d.check();
     text.lines()
         .find(|l| l.contains(" criu "))
         .unwrap_or_else(|| panic!("no criu line in crust check: {text}"))

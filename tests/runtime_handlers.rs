@@ -92,12 +92,7 @@ async fn a_pod_runs_under(handler: &str) {
     })
     .await;
     // crust check names the handler's binary and its version.
-    let check = Command::new(env!("CARGO_BIN_EXE_crust"))
-        .args(["check", "--config"])
-        .arg(&e.d.config)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&check.stdout);
+    let text = e.d.check();
     let version = Command::new(&path).arg("--version").output().unwrap();
     let version = String::from_utf8_lossy(&version.stdout);
     let line = text

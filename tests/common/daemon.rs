@@ -215,6 +215,16 @@ impl Daemon {
     }
 
     /// Adds TOML to the config file (before the daemon starts).
+    /// What `crust check` prints for this daemon's configuration.
+    pub fn check(&self) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_crust"))
+            .args(["check", "--config"])
+            .arg(&self.config)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Writes a drop-in `config.d/<name>` beside the config file, as an operator would.
     pub fn drop_in(&self, name: &str, toml: &str) {
         let dir = self.config.parent().unwrap().join("config.d");

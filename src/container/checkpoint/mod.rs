@@ -294,15 +294,7 @@ impl Prepared {
         let pid = *pid;
         let id = &record.id;
         let images_dir = in_flight.work_dir.join("images");
-        let io = |step, path: &Path| {
-            let (id, path) = (id.clone(), path.to_owned());
-            move |source| CheckpointError::Io {
-                id,
-                step,
-                path,
-                source,
-            }
-        };
+        let io = |step, path: &Path| io_error(id, step, path);
         crate::durable::create_dir_all(&images_dir).map_err(io("making", &images_dir))?;
         let descriptors = images_dir.join(crate::criu::DESCRIPTORS);
         crate::durable::write(&descriptors, standard_streams(pid))
@@ -417,13 +409,23 @@ pub fn recover_in_flight(ctx: &ContainerContext, container_dir: &Path) -> bool {
     true
 }
 
-fn read(id: &str, step: &'static str, path: &Path) -> Result<Vec<u8>, CheckpointError> {
-    std::fs::read(path).map_err(|source| CheckpointError::Io {
-        id: id.to_owned(),
+/// The error of step `step` on `path` of container (or pod) `id`'s checkpoint or restore.
+fn io_error(
+    id: &str,
+    step: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> CheckpointError + use<> {
+    let (id, path) = (id.to_owned(), path.to_owned());
+    move |source| CheckpointError::Io {
+        id,
         step,
-        path: path.to_owned(),
+        path,
         source,
-    })
+    }
+}
+
+fn read(id: &str, step: &'static str, path: &Path) -> Result<Vec<u8>, CheckpointError> {
+    std::fs::read(path).map_err(io_error(id, step, path))
 }
 
 fn unsupported(id: &str, what: String) -> ContainerError {

@@ -329,21 +329,15 @@ fn pack_dir(dir: &Path, tar: &Path) -> std::io::Result<()> {
 }
 
 fn unpack_shm(pod_id: &str, tar: &Path, shm: &Path) -> Result<(), CheckpointError> {
-    let file = std::fs::File::open(tar).map_err(|source| CheckpointError::Io {
-        id: pod_id.to_owned(),
-        step: "opening",
-        path: tar.to_owned(),
-        source,
-    })?;
+    let file = std::fs::File::open(tar).map_err(super::io_error(pod_id, "opening", tar))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(file));
     archive.set_preserve_permissions(true);
     archive.set_preserve_ownerships(true);
-    archive.unpack(shm).map_err(|source| CheckpointError::Io {
-        id: pod_id.to_owned(),
-        step: "restoring the pod's /dev/shm into",
-        path: shm.to_owned(),
-        source,
-    })?;
+    archive.unpack(shm).map_err(super::io_error(
+        pod_id,
+        "restoring the pod's /dev/shm into",
+        shm,
+    ))?;
     crate::durable::step("pod /dev/shm restored", shm.display());
     Ok(())
 }

@@ -41,15 +41,7 @@ pub fn is_archive(image: &str) -> bool {
 /// Unpacks `archive` into `<layer_dir>/restore` (through a temporary directory renamed into
 /// place) and reads what the restore needs of it.
 pub fn unpack(id: &str, archive: &Path, layer_dir: &Path) -> Result<Unpacked, CheckpointError> {
-    let io = |step: &'static str, path: &Path| {
-        let (id, path) = (id.to_owned(), path.to_owned());
-        move |source| CheckpointError::Io {
-            id,
-            step,
-            path,
-            source,
-        }
-    };
+    let io = |step, path: &Path| super::io_error(id, step, path);
     let dir = layer_dir.join(DIR);
     let temp = layer_dir.join(".restore.tmp");
     let _ = crate::durable::remove_dir_all(&temp);
@@ -130,12 +122,7 @@ fn not_a_checkpoint(archive: &Path, why: &str) -> CheckpointError {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(id: &str, path: &Path) -> Result<T, CheckpointError> {
-    let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
-        id: id.to_owned(),
-        step: "reading",
-        path: path.to_owned(),
-        source,
-    })?;
+    let bytes = std::fs::read(path).map_err(super::io_error(id, "reading", path))?;
     serde_json::from_slice(&bytes).map_err(|e| not_a_checkpoint(path, &e.to_string()))
 }
 
@@ -149,15 +136,7 @@ pub fn apply_diff(
     upper: &Path,
     lowerdirs: &[PathBuf],
 ) -> Result<(), CheckpointError> {
-    let io = |step: &'static str, path: &Path| {
-        let (id, path) = (id.to_owned(), path.to_owned());
-        move |source| CheckpointError::Io {
-            id,
-            step,
-            path,
-            source,
-        }
-    };
+    let io = |step, path: &Path| super::io_error(id, step, path);
     crate::durable::create_dir_all(upper).map_err(io("making", upper))?;
     if unpacked.rootfs_diff.is_file() {
         let file = std::fs::File::open(&unpacked.rootfs_diff)
