@@ -718,3 +718,86 @@ async fn a_pod_checkpoint_restores_as_a_new_pod_whose_containers_still_share_mem
     remove_pod(&mut e.c, &copy.0).await;
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
+
+#[tokio::test]
+async fn a_daemon_killed_after_any_step_of_a_pod_checkpoint_leaves_its_pod_running_and_no_partial_checkpoint()
+ {
+    let mut e = env_with_criu(&tools::criu()).await;
+    let pod = e.pod("duo-crash").await;
+    let ids = [
+        e.run(&pod, shm_counter(&e, "a")).await,
+        e.run(&pod, shm_counter(&e, "b")).await,
+    ];
+    wait_values(&e, &pod, "b", 2).await;
+    let out = e.d.dir.join("pod-checkpoint");
+    std::fs::create_dir_all(&out).unwrap();
+    let request = pb::CheckpointPodRequest {
+        pod_sandbox_id: pod.0.clone(),
+        output_path: out.display().to_string(),
+        container_ids: ids.to_vec(),
+        options: Default::default(),
+    };
+    let empty_out = || {
+        for entry in Daemon::entries(&out) {
+            let path = out.join(entry);
+            if path.is_dir() {
+                std::fs::remove_dir_all(path).unwrap();
+            } else {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+    };
+
+    e.d.kill9();
+    e.d.launch_with(&[("CRUST_CRASH", "CheckpointPod:0")]);
+    e.c = e.d.client().await;
+    e.c.checkpoint_pod(request.clone()).await.unwrap();
+    let steps: Vec<String> =
+        e.d.log()
+            .lines()
+            .filter_map(|l| l.split_once("crash point CheckpointPod#"))
+            .filter(|(_, rest)| !rest.contains(" reached: "))
+            .map(|(_, rest)| rest.to_owned())
+            .collect();
+    assert!(steps.len() >= 12, "too few steps traced: {steps:?}");
+    empty_out();
+
+    for n in 1..=steps.len() {
+        let point = format!("CheckpointPod#{n} ({})", steps[n - 1]);
+        e.d.kill9();
+        e.d.launch_with(&[("CRUST_CRASH", &format!("CheckpointPod:{n}"))]);
+        e.c = e.d.client().await;
+        let _ = e.c.checkpoint_pod(request.clone()).await.expect_err(&point);
+        crash::assert_killed_at(&mut e, &point, "reached");
+        e.d.launch();
+        e.c = e.d.client().await;
+        // Back: both containers run thawed; the directory is empty, as the caller gave it, or
+        // holds the whole checkpoint (the crash came after its last step).
+        for id in &ids {
+            assert_eq!(
+                e.status(id).await.state,
+                pb::ContainerState::ContainerRunning as i32,
+                "{point}"
+            );
+            assert_eq!(freezer_state(&mut e, id).await, "THAWED", "{point}");
+            assert_no_checkpoint_leftovers(&e, id, &out);
+        }
+        if out.join("pod.json").exists() {
+            let mut files = Daemon::entries(&out);
+            files.sort();
+            assert_eq!(files, ["containers", "devshm.tar", "pod.json"], "{point}");
+            assert_eq!(Daemon::entries(&out.join("containers")).len(), 2, "{point}");
+            empty_out();
+        }
+        assert!(
+            Daemon::entries(&out).is_empty(),
+            "{point}: left {:?}",
+            Daemon::entries(&out)
+        );
+    }
+    e.c.checkpoint_pod(request.clone())
+        .await
+        .unwrap_or_else(|err| panic!("a pod checkpoint after the crashes: {err:?}"));
+    assert!(out.join("pod.json").is_file());
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}

@@ -382,8 +382,11 @@ fn clean_up(
 ) -> Result<(), ContainerError> {
     if !done {
         let _ = ctx.cgroups.freeze(&in_flight.cgroup, false);
-        for file in std::iter::once(&in_flight.archive_temp).chain(&in_flight.also_remove) {
-            let _ = crate::durable::remove_file(file);
+        for path in std::iter::once(&in_flight.archive_temp).chain(&in_flight.also_remove) {
+            // A pod's checkpoint lists its archives' directory after the archives.
+            if crate::durable::remove_file(path).is_err() {
+                let _ = crate::durable::remove_dir(path);
+            }
         }
     }
     let _ = crate::durable::remove_dir_all(&in_flight.work_dir);

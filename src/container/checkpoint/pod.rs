@@ -217,10 +217,16 @@ fn write_pod(
             source,
         }
     };
-    crate::durable::create_dir(&archives).map_err(io("making", &archives))?;
     let archive_of = |r: &ContainerRecord| archives.join(format!("{}.tar", r.spec.metadata.name));
     let mut written: Vec<PathBuf> = records.iter().map(|r| archive_of(r)).collect();
-    written.extend([output.join(SHM_TAR), output.join(MANIFEST)]);
+    // The manifest goes through a temporary name the in-flight records know, not the store's.
+    let manifest_temp = output.join(format!(".{MANIFEST}.tmp"));
+    written.extend([
+        output.join(SHM_TAR),
+        manifest_temp.clone(),
+        output.join(MANIFEST),
+        archives.clone(),
+    ]);
     let mut prepared: Vec<Prepared> = Vec::new();
     let result = (|| {
         for r in records {
@@ -233,6 +239,8 @@ fn write_pod(
                 written.clone(),
             )?);
         }
+        // After every in-flight record, which names it: a crash from here on removes it.
+        crate::durable::create_dir(&archives).map_err(io("making", &archives))?;
         let frozen = freeze_all(ctx, records);
         let dumped = frozen.and_then(|()| {
             if let Some(shm) = shm {
@@ -247,7 +255,8 @@ fn write_pod(
         let manifest = manifest(criu, records, shm.is_some(), pod);
         let bytes = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| ContainerError::Invalid(e.to_string()))?;
-        crate::store::write_atomic(&output.join(MANIFEST), &bytes)?;
+        write_synced(&manifest_temp, &bytes).map_err(io("writing", &manifest_temp))?;
+        crate::store::rename(&manifest_temp, &output.join(MANIFEST))?;
         Ok(())
     })();
     let done = result.is_ok();
@@ -256,7 +265,7 @@ fn write_pod(
     }
     if !done {
         let _ = thaw_all(ctx, records);
-        for file in &written {
+        for file in &written[..written.len() - 1] {
             let _ = crate::durable::remove_file(file);
         }
         let _ = crate::durable::remove_dir(&archives);
@@ -314,6 +323,13 @@ fn manifest(
             .collect(),
         shm,
     }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = crate::durable::create_new(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 fn pack_dir(dir: &Path, tar: &Path) -> std::io::Result<()> {
