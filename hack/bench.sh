@@ -42,7 +42,6 @@ CHECKPOINT_ONLY=${CHECKPOINT_ONLY:-}
 [ -n "$FROM_NOTHING_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-from-nothing"
 [ -n "$MEMORY_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-memory"
 [ -n "$RELIST_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-relist"
-[ -n "$CHECKPOINT_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-checkpoint"
 # Only some container rows: no pod sandbox rows, no NRI.
 SOME=$EXEC_ONLY$PORTFORWARD_ONLY$FROM_NOTHING_ONLY$MEMORY_ONLY$RELIST_ONLY$CHECKPOINT_ONLY
 # Those without an exec round trip.
@@ -65,6 +64,7 @@ W=$(mktemp -d /tmp/crust-bench.XXXXXX)
 # Searchable by others, as a node's /var/lib and /run are: the processes of a pod in a user
 # namespace are nobody on the node and pass through it to their files (both runtimes need it).
 chmod 0711 "$W"
+[ -n "$CHECKPOINT_ONLY" ] && CONTAINER_ARGS="$CONTAINER_ARGS --only-checkpoint --checkpoint-dir $W/checkpoints"
 : > "$W/rows"
 PIDS=()
 BRIDGE=crustbench0

@@ -1,5 +1,6 @@
 //! Checkpoint and restore of a container holding 10 MiB and 200 MiB of touched memory (a
-//! shell variable that long): CheckpointContainer to an archive on disk, then, where the
+//! shell variable that long; the bench image links only sh, sleep and true, so the rest is
+//! called through busybox): CheckpointContainer to an archive on disk, then, where the
 //! runtime restores (crust; containerd 2.4 removed its CreateContainer restore), CreateContainer
 //! from that archive and StartContainer in the same pod, until the restored process runs.
 
@@ -18,7 +19,8 @@ pub async fn checkpoint_restore(c: &mut Client, args: &Args) -> anyhow::Result<(
     for mib in [10usize, 200] {
         let pod = run_pod(c, &format!("ckpt-{mib}")).await?;
         let script = format!(
-            "x=$(head -c {} /dev/zero | tr '\\0' a); touch /tmp/ready; sleep 100000; echo ${{#x}}",
+            "x=$(busybox head -c {} /dev/zero | busybox tr '\\0' a); : > /tmp/ready; sleep 100000; \
+             echo ${{#x}}",
             mib << 20
         );
         let id = create_container(c, &pod, "holder", &args.image, &script).await?;
@@ -98,7 +100,7 @@ async fn wait_ready(c: &mut Client, id: &str) -> anyhow::Result<()> {
         let r = c
             .exec_sync(pb::ExecSyncRequest {
                 container_id: id.into(),
-                cmd: vec!["test".into(), "-f".into(), "/tmp/ready".into()],
+                cmd: vec!["sh".into(), "-c".into(), "[ -f /tmp/ready ]".into()],
                 timeout: 10,
             })
             .await?
