@@ -801,3 +801,67 @@ async fn a_daemon_killed_after_any_step_of_a_pod_checkpoint_leaves_its_pod_runni
     assert!(out.join("pod.json").is_file());
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
+
+/// The archive as a checkpoint image, as `checkpointctl build` makes one: one layer holding the
+/// archive's files, the checkpoint's annotations in the manifest.
+fn checkpoint_image(archive: &Path) -> oci_build::Image {
+    use oci_build::{Blob, Comp, image};
+    let layer = std::fs::read(archive).unwrap();
+    let mut img = image(&[(layer, Comp::Gzip)], serde_json::json!({}), "amd64");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&img.manifest.bytes).unwrap();
+    manifest["annotations"] = serde_json::json!({
+        "org.criu.checkpoint.container.name": "counter",
+        "org.criu.checkpoint.engine.name": "crust",
+    });
+    img.manifest = Blob::new(
+        serde_json::to_vec(&manifest).unwrap(),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    img
+}
+
+#[tokio::test]
+async fn a_checkpoint_image_in_a_registry_restores_as_its_archive_does() {
+    let mut e = env_with_criu(&tools::criu()).await;
+    let (pod, id) = counter(&mut e, "ckpt-image").await;
+    let export = e.d.dir.join("exports");
+    std::fs::create_dir_all(&export).unwrap();
+    let archive = export.join("counter.tar");
+    checkpoint_to(&mut e, &id, &archive).await;
+    let at_dump = last_count(&e, &pod);
+    e.reg
+        .push("counter-checkpoint", "1", &checkpoint_image(&archive))
+        .await;
+    std::fs::remove_file(&archive).unwrap();
+    let reference = format!("{}/counter-checkpoint:1", e.reg.addr);
+    e.d.images()
+        .await
+        .pull_image(pull_request(&reference))
+        .await
+        .unwrap();
+
+    let copy = e.pod("ckpt-image-copy").await;
+    let mut config = e.config("counter", &[]);
+    config.image = Some(pb::ImageSpec {
+        image: reference,
+        ..Default::default()
+    });
+    let restored = e
+        .create(&copy, config)
+        .await
+        .unwrap_or_else(|err| panic!("restore from the image: {err:?}\n{}", tail(&e.d.log(), 20)));
+    assert_eq!(
+        e.status(&restored).await.image.unwrap().image,
+        e.image,
+        "the image the checkpointed container was made from"
+    );
+    e.c.start_container(pb::StartContainerRequest {
+        container_id: restored.clone(),
+    })
+    .await
+    .unwrap();
+    wait_counted_past(&e, &copy, at_dump + 2).await;
+    assert_eq!(e.sh(&restored, "cat /data/kept").await, "kept\n");
+    remove_pod(&mut e.c, &copy.0).await;
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}

@@ -335,7 +335,7 @@ async fn runtime_not_ready_names_the_read_only_state_dir() {
 }
 
 #[tokio::test]
-async fn every_rpc_is_registered_and_unbuilt_ones_say_so() {
+async fn every_rpc_is_registered_and_an_empty_request_says_what_it_lacks() {
     let d = Daemon::start();
     let mut c = d.client().await;
     let v = c
@@ -377,18 +377,24 @@ async fn every_rpc_is_registered_and_unbuilt_ones_say_so() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("config"), "{}", err.message());
-    // The event stream is served; checkpointing is not built and says so by name.
+    // The event stream is served, and so is every checkpoint RPC: an empty request is the
+    // caller's fault, and says which field.
     c.get_container_events(pb::GetEventsRequest {})
         .await
         .unwrap();
-    let err = c
-        .checkpoint_container(pb::CheckpointContainerRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented);
-    assert!(
-        err.message().contains("CheckpointContainer"),
-        "{}",
-        err.message()
-    );
+    let errors = [
+        c.checkpoint_container(pb::CheckpointContainerRequest::default())
+            .await
+            .unwrap_err(),
+        c.checkpoint_pod(pb::CheckpointPodRequest::default())
+            .await
+            .unwrap_err(),
+        c.restore_pod(pb::RestorePodRequest::default())
+            .await
+            .unwrap_err(),
+    ];
+    for (err, field) in errors.iter().zip(["location", "output_path", "config"]) {
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(field), "{}", err.message());
+    }
 }

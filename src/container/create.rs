@@ -357,15 +357,25 @@ impl Containers {
         }
     }
 
-    /// When the request's image is a checkpoint archive: CRIU, and the archive unpacked into
-    /// the container's layer directory; the record's image becomes the one it was made from.
+    /// When the request's image is a checkpoint archive, or a checkpoint image (an image whose
+    /// manifest carries checkpointctl's or CRI-O's checkpoint annotation): CRIU, and the
+    /// checkpoint's files put into the container's layer directory; the record's image
+    /// becomes the one it was made from.
     async fn unpack_checkpoint(
         &self,
         record: &mut ContainerRecord,
     ) -> Result<Option<(crate::criu::Criu, restore::Unpacked)>, Step> {
-        if !restore::is_archive(&record.spec.image) {
-            return Ok(None);
-        }
+        let source = if restore::is_archive(&record.spec.image) {
+            restore::Source::Archive(PathBuf::from(&record.spec.image))
+        } else {
+            let (images, image) = (self.images.clone(), record.spec.image.clone());
+            match blocking(move || images.checkpoint_layer(&image)).await {
+                Ok(Some(layer)) => restore::Source::Layer(layer),
+                // Not a checkpoint image, or not one that is here: the creation goes on as
+                // for any image, and its own lookup says what is missing.
+                Ok(None) | Err(_) => return Ok(None),
+            }
+        };
         if let Some(rt) = &record.runtime {
             let e = CheckpointError::Unsupported {
                 id: record.id.clone(),
@@ -378,9 +388,9 @@ impl Containers {
             .criu()
             .await
             .map_err(|e| ("find CRIU for the restore", CheckpointError::from(e).into()))?;
-        let (id, archive) = (record.id.clone(), PathBuf::from(&record.spec.image));
+        let id = record.id.clone();
         let layer_dir = self.ctx.layers_dir.join(&record.id);
-        let unpacked = blocking(move || restore::unpack(&id, &archive, &layer_dir))
+        let unpacked = blocking(move || restore::unpack(&id, &source, &layer_dir))
             .await
             .map_err(|e| ("unpack the checkpoint archive", e))?;
         record.spec.image = unpacked.image.clone();

@@ -38,19 +38,37 @@ pub fn is_archive(image: &str) -> bool {
     image.starts_with('/') && Path::new(image).is_file()
 }
 
-/// Unpacks `archive` into `<layer_dir>/restore` (through a temporary directory renamed into
-/// place) and reads what the restore needs of it.
-pub fn unpack(id: &str, archive: &Path, layer_dir: &Path) -> Result<Unpacked, CheckpointError> {
+/// Where a restore's checkpoint comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An archive file (CreateContainer's image is its path).
+    Archive(PathBuf),
+    /// The layer of a checkpoint image (`checkpointctl build`), holding the archive's files.
+    Layer(PathBuf),
+}
+
+/// Puts the checkpoint's files into `<layer_dir>/restore` (through a temporary directory
+/// renamed into place) and reads what the restore needs of them.
+pub fn unpack(id: &str, source: &Source, layer_dir: &Path) -> Result<Unpacked, CheckpointError> {
     let io = |step, path: &Path| super::io_error(id, step, path);
     let dir = layer_dir.join(DIR);
     let temp = layer_dir.join(".restore.tmp");
     let _ = crate::durable::remove_dir_all(&temp);
     crate::durable::create_dir_all(&temp).map_err(io("making", &temp))?;
-    let file = std::fs::File::open(archive).map_err(io("opening the archive", archive))?;
-    let mut tar = tar::Archive::new(std::io::BufReader::new(file));
-    tar.set_preserve_permissions(true);
-    tar.unpack(&temp)
-        .map_err(io("unpacking the archive", archive))?;
+    let archive = match source {
+        Source::Archive(archive) => {
+            let file = std::fs::File::open(archive).map_err(io("opening the archive", archive))?;
+            let mut tar = tar::Archive::new(std::io::BufReader::new(file));
+            tar.set_preserve_permissions(true);
+            tar.unpack(&temp)
+                .map_err(io("unpacking the archive", archive))?;
+            archive
+        }
+        Source::Layer(layer) => {
+            copy_files(layer, &temp).map_err(io("copying the checkpoint image's files", layer))?;
+            layer
+        }
+    };
     crate::durable::rename(&temp, &dir).map_err(io("renaming into place", &dir))?;
     if !dir.join("config.dump").is_file() {
         return Err(not_a_checkpoint(archive, "it has no config.dump"));
@@ -112,6 +130,25 @@ impl Unpacked {
             }),
         }
     }
+}
+
+/// Copies the directories and regular files under `from` into `to` (a checkpoint image's layer:
+/// nothing else belongs in one, and a link is not followed).
+fn copy_files(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            crate::durable::create_dir(&dst)?;
+            copy_files(&src, &dst)?;
+        } else if kind.is_file() {
+            let mut input = std::fs::File::open(&src)?;
+            let mut output = crate::durable::create_new(&dst)?;
+            std::io::copy(&mut input, &mut output)?;
+        }
+    }
+    Ok(())
 }
 
 fn not_a_checkpoint(archive: &Path, why: &str) -> CheckpointError {

@@ -23,25 +23,15 @@ use std::process::Command;
 use libcgroups::common::{CgroupConfig, CgroupManager, ControllerOpt};
 use oci_spec::runtime::{LinuxNamespaceType as Ns, Spec};
 
-use super::worker::{Outcome, Stdio};
-use crate::monitor::{CreateRequest, Fault};
+use crate::monitor::CreateRequest;
 
 /// CRIU's log and pid file, in the container's directory.
 pub const LOG: &str = "restore.log";
 const PIDFILE: &str = "restore.pid";
 
-/// The worker's job for a restored container: its pid once CRIU is done.
-pub fn run(req: &CreateRequest, stdio: Stdio) -> Outcome {
-    match restore(req, stdio) {
-        Ok(pid) => Outcome::Pid(pid),
-        Err(error) => Outcome::Failed {
-            fault: Fault::Failed,
-            error,
-        },
-    }
-}
-
-fn restore(req: &CreateRequest, stdio: Stdio) -> Result<i32, String> {
+/// The runtime worker's job for a restored container (`stdio`: its new stdin, stdout and
+/// stderr): its pid once CRIU is done.
+pub fn restore(req: &CreateRequest, stdio: [OwnedFd; 3]) -> Result<i32, String> {
     let r = req.restore.as_ref().ok_or("no restore was asked")?;
     let spec_path = req.bundle.join("config.json");
     let spec =
@@ -198,16 +188,13 @@ impl Args {
     }
 
     /// The monitor's new pipes in place of the dump's.
-    fn streams(&mut self, images: &Path, stdio: Stdio) -> Result<(), String> {
+    fn streams(&mut self, images: &Path, stdio: [OwnedFd; 3]) -> Result<(), String> {
         let path = images.join(crate::criu::DESCRIPTORS);
         let was: Vec<String> = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .ok_or_else(|| format!("the checkpoint has no readable {}", path.display()))?;
-        for (fd, key) in [stdio.stdin, stdio.stdout, stdio.stderr]
-            .into_iter()
-            .zip(was)
-        {
+        for (fd, key) in stdio.into_iter().zip(was) {
             if key.starts_with("pipe:") {
                 self.inherit(fd, &key)?;
             }

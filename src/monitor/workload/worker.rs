@@ -176,7 +176,10 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
                 stdio.into(),
                 console_socket.as_deref(),
             )),
-            None if req.restore.is_some() => super::restore::run(&req, stdio),
+            None if req.restore.is_some() => by_pid(super::restore::restore(
+                &req,
+                [stdio.stdin, stdio.stdout, stdio.stderr],
+            )),
             None => create(&req, stdio, console_socket),
         },
         Job::Exec {
