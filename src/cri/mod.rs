@@ -2,7 +2,6 @@
 //! (`sandbox`, `image`, ...) with plain Rust types and encodes the answer. Protobuf types never
 //! leave this module (and `stream`); `status.rs` is the one table from domain errors to codes.
 
-mod checkpoint_rpc;
 pub mod client;
 mod container_rpc;
 mod convert;

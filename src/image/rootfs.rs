@@ -131,6 +131,37 @@ impl Images {
     }
 }
 
+/// The annotations a checkpoint image carries in its manifest: CRI-O's and checkpointctl's
+/// names for the container it was made from. An image with either is a checkpoint, whose one
+/// layer holds the archive's files.
+const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
+    "org.criu.checkpoint.container.name",
+    "io.kubernetes.cri-o.annotations.checkpoint.name",
+];
+
+impl Images {
+    /// When `image` is in the store and is a checkpoint image (one of the annotations above in
+    /// its manifest): the directory of its topmost layer, where the archive's files are.
+    pub fn checkpoint_layer(&self, image: &str) -> Result<Option<PathBuf>, ImageError> {
+        let Some(record) = self.find(image)? else {
+            return Ok(None);
+        };
+        let manifest =
+            std::fs::read(self.paths.blob(&record.manifest)).map_err(|source| ImageError::Io {
+                what: "reading the manifest",
+                path: self.paths.blob(&record.manifest),
+                source,
+            })?;
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap_or_default();
+        let annotated = CHECKPOINT_ANNOTATIONS
+            .iter()
+            .any(|k| manifest["annotations"][k].is_string());
+        Ok(annotated
+            .then(|| self.lowerdirs(&record).into_iter().next())
+            .flatten())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -211,36 +242,5 @@ mod tests {
             images.acquire("ctr2", "x:1"),
             Err(ImageError::NotFound(_))
         ));
-    }
-}
-
-/// The annotations a checkpoint image carries in its manifest: CRI-O's and checkpointctl's
-/// names for the container it was made from. An image with either is a checkpoint, whose one
-/// layer holds the archive's files.
-const CHECKPOINT_ANNOTATIONS: [&str; 2] = [
-    "org.criu.checkpoint.container.name",
-    "io.kubernetes.cri-o.annotations.checkpoint.name",
-];
-
-impl Images {
-    /// When `image` is in the store and is a checkpoint image (one of the annotations above in
-    /// its manifest): the directory of its topmost layer, where the archive's files are.
-    pub fn checkpoint_layer(&self, image: &str) -> Result<Option<PathBuf>, ImageError> {
-        let Some(record) = self.find(image)? else {
-            return Ok(None);
-        };
-        let manifest =
-            std::fs::read(self.paths.blob(&record.manifest)).map_err(|source| ImageError::Io {
-                what: "reading the manifest",
-                path: self.paths.blob(&record.manifest),
-                source,
-            })?;
-        let manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap_or_default();
-        let annotated = CHECKPOINT_ANNOTATIONS
-            .iter()
-            .any(|k| manifest["annotations"][k].is_string());
-        Ok(annotated
-            .then(|| self.lowerdirs(&record).into_iter().next())
-            .flatten())
     }
 }
