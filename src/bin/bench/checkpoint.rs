@@ -18,55 +18,70 @@ pub async fn checkpoint_restore(c: &mut Client, args: &Args) -> anyhow::Result<(
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for mib in [10usize, 200] {
         let pod = run_pod(c, &format!("ckpt-{mib}")).await?;
-        let script = format!(
-            "x=$(busybox head -c {} /dev/zero | busybox tr '\\0' a); : > /tmp/ready; sleep 100000; \
-             echo ${{#x}}",
-            mib << 20
-        );
-        let id = create_container(c, &pod, "holder", &args.image, &script).await?;
-        start_container(c, &id).await?;
-        wait_ready(c, &id).await?;
-        let (mut dumps, mut restores) = (Vec::new(), Vec::new());
-        let mut restorable = true;
-        for i in 0..1 + args.checkpoints {
-            let archive = dir.join(format!("{}-{mib}-{i}.tar", args.label));
-            let t = Instant::now();
-            c.checkpoint_container(pb::CheckpointContainerRequest {
-                container_id: id.clone(),
-                location: archive.display().to_string(),
-                timeout: 0,
-            })
-            .await
-            .with_context(|| format!("checkpoint of a container with {mib} MiB"))?;
-            let dumped = t.elapsed();
-            if restorable {
-                match restore(c, &pod, &archive, i).await {
-                    Ok(took) if i > 0 => restores.push(took),
-                    Ok(_) => {}
-                    Err(e) => {
-                        println!(
-                            "{:<12} restore, {mib} MiB touched: not measured: {e:#}",
-                            args.label
-                        );
-                        restorable = false;
-                    }
+        // The pod goes whatever happens: pods outlive the runtime's daemon, and a row that
+        // failed would leave its pod running after the run.
+        let measured = measure(c, args, &pod, dir, mib).await;
+        remove_pod(c, &pod).await?;
+        measured?;
+    }
+    Ok(())
+}
+
+async fn measure(
+    c: &mut Client,
+    args: &Args,
+    pod: &super::Pod,
+    dir: &Path,
+    mib: usize,
+) -> anyhow::Result<()> {
+    let pod = pod.clone();
+    let script = format!(
+        "x=$(busybox head -c {} /dev/zero | busybox tr '\\0' a); : > /tmp/ready; sleep 100000; \
+         echo ${{#x}}",
+        mib << 20
+    );
+    let id = create_container(c, &pod, "holder", &args.image, &script).await?;
+    start_container(c, &id).await?;
+    wait_ready(c, &id).await?;
+    let (mut dumps, mut restores) = (Vec::new(), Vec::new());
+    let mut restorable = true;
+    for i in 0..1 + args.checkpoints {
+        let archive = dir.join(format!("{}-{mib}-{i}.tar", args.label));
+        let t = Instant::now();
+        c.checkpoint_container(pb::CheckpointContainerRequest {
+            container_id: id.clone(),
+            location: archive.display().to_string(),
+            timeout: 0,
+        })
+        .await
+        .with_context(|| format!("checkpoint of a container with {mib} MiB"))?;
+        let dumped = t.elapsed();
+        if restorable {
+            match restore(c, &pod, &archive, i).await {
+                Ok(took) if i > 0 => restores.push(took),
+                Ok(_) => {}
+                Err(e) => {
+                    println!(
+                        "{:<12} restore, {mib} MiB touched: not measured: {e:#}",
+                        args.label
+                    );
+                    restorable = false;
                 }
             }
-            let _ = std::fs::remove_file(&archive);
-            if i > 0 {
-                dumps.push(dumped);
-            }
         }
-        report(
-            &args.label,
-            &format!("checkpoint, {mib} MiB touched"),
-            &dumps,
-        );
-        if restorable {
-            let what = format!("restore (create + start), {mib} MiB touched");
-            report(&args.label, &what, &restores);
+        let _ = std::fs::remove_file(&archive);
+        if i > 0 {
+            dumps.push(dumped);
         }
-        remove_pod(c, &pod).await?;
+    }
+    report(
+        &args.label,
+        &format!("checkpoint, {mib} MiB touched"),
+        &dumps,
+    );
+    if restorable {
+        let what = format!("restore (create + start), {mib} MiB touched");
+        report(&args.label, &what, &restores);
     }
     Ok(())
 }
