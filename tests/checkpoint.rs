@@ -24,6 +24,13 @@ async fn env_with_criu(criu: &Path) -> Env {
     Env::start_with(move |d| d.drop_in("50-criu.toml", &toml)).await
 }
 
+/// An empty directory for the test's archives, as an operator's export directory.
+fn exports(e: &Env) -> PathBuf {
+    let dir = e.d.dir.join("exports");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The line `crust check` prints about CRIU for the daemon's configuration.
 fn check_line(e: &Env) -> String {
     let text = e.d.check();
@@ -131,8 +138,7 @@ async fn crictl_checkpoint_writes_an_archive_checkpointctl_shows_and_the_contain
         line.starts_with("ok") && line.contains("`criu check` passes"),
         "{line}"
     );
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let archive = export.join("counter.tar");
 
     let (code, out, err) = e.crictl(
@@ -227,8 +233,7 @@ async fn crictl_checkpoint_writes_an_archive_checkpointctl_shows_and_the_contain
 async fn only_a_running_container_at_an_absolute_location_can_be_checkpointed() {
     let mut e = env_with_criu(&tools::criu()).await;
     let pod = e.pod("ckpt-states").await;
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let created = e
         .create(&pod, e.config("created", &["sleep", "60"]))
         .await
@@ -277,8 +282,7 @@ async fn only_a_running_container_at_an_absolute_location_can_be_checkpointed() 
 async fn without_a_usable_criu_a_checkpoint_says_support_is_not_available() {
     let mut e = env_with_criu(Path::new("/nonexistent/criu")).await;
     let (pod, id) = counter(&mut e, "no-criu").await;
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let err =
         e.c.checkpoint_container(pb::CheckpointContainerRequest {
             container_id: id.clone(),
@@ -319,8 +323,7 @@ async fn a_daemon_killed_after_any_step_of_a_checkpoint_leaves_nothing_frozen_or
     let criu = tools::criu();
     let mut e = env_with_criu(&criu).await;
     let (pod, id) = counter(&mut e, "ckpt-crash").await;
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let archive = export.join("counter.tar");
     let checkpoint = |c: &mut pb::runtime_service_client::RuntimeServiceClient<_>| {
         let req = pb::CheckpointContainerRequest {
@@ -453,8 +456,7 @@ async fn a_restored_container_carries_on_in_a_new_pod_with_its_files_and_its_lis
     let server_id = e.run(&pod, server(&e)).await;
     let ip = pod_ip(&mut e, &pod.0).await;
     assert_eq!(served(&ip).await, "served 1");
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let (counter_tar, server_tar) = (export.join("counter.tar"), export.join("server.tar"));
     checkpoint_to(&mut e, &counter_id, &counter_tar).await;
     let at_dump = last_count(&e, &pod);
@@ -824,8 +826,7 @@ fn checkpoint_image(archive: &Path) -> oci_build::Image {
 async fn a_checkpoint_image_in_a_registry_restores_as_its_archive_does() {
     let mut e = env_with_criu(&tools::criu()).await;
     let (pod, id) = counter(&mut e, "ckpt-image").await;
-    let export = e.d.dir.join("exports");
-    std::fs::create_dir_all(&export).unwrap();
+    let export = exports(&e);
     let archive = export.join("counter.tar");
     checkpoint_to(&mut e, &id, &archive).await;
     let at_dump = last_count(&e, &pod);
