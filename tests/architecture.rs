@@ -76,6 +76,12 @@ const PROCESS_MAKERS: &[(&str, &str)] = &[
          exec the container's own program",
     ),
     (
+        "monitor/workload/standin.rs",
+        "a stand-in is a fork of a runtime worker, in the node's PID namespace and no namespace \
+         of the pod: it runs the sandboxing binary's start, wait and kill, whose container \
+         processes are the sandbox's own",
+    ),
+    (
         "sys/mod.rs",
         "the wrappers themselves; in_netns (a socket for port-forward, the gratuitous ARP after \
          CNI ADD in sys/arp.rs) enters only a pod's network namespace, on a thread of the \

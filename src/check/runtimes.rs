@@ -36,8 +36,13 @@ fn binary(name: &str, runtime: &crate::model::OciRuntime) -> Finding {
     };
     let f = oci_cli::features(runtime);
     let yes = |b: bool| if b { "yes" } else { "no" };
+    let kind = if runtime.sandbox {
+        "; a sandbox per pod, made by an infra container"
+    } else {
+        ""
+    };
     let detail = format!(
-        "{name}: {path} ({version}); recursive read-only mounts: {}, user namespaces: {}",
+        "{name}: {path} ({version}){kind}; recursive read-only mounts: {}, user namespaces: {}",
         yes(f.recursive_read_only_mounts),
         yes(f.user_namespaces)
     );

@@ -985,16 +985,21 @@ mod tests {
             "default_runtime_handler = \"crun\"\n\
              [runtimes.crun]\nruntime_path = \"/usr/bin/crun\"\n\
              [runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\nruntime_root = \"/run/r\"\n\
-             runtime_args = [\"--debug\"]\n",
+             runtime_args = [\"--debug\"]\n\
+             [runtimes.gvisor]\nruntime_path = \"/opt/runsc\"\nsandbox = true\n\
+             [runtimes.runsc]\nruntime_path = \"/usr/bin/runsc\"\n",
         )
         .unwrap();
         c.validate().unwrap();
-        assert_eq!(c.handler_names(), ["runc", "crun"]);
+        assert_eq!(c.handler_names(), ["runc", "crun", "gvisor", "runsc"]);
         let runtimes = c.oci_runtimes();
         assert_eq!(runtimes["crun"].root, Path::new("/run/crust/runtimes/crun"));
         assert_eq!(runtimes["runc"].root, Path::new("/run/r"));
         assert_eq!(runtimes["runc"].args, ["--debug"]);
         assert!(!runtimes["crun"].systemd_cgroup);
+        // runsc makes a sandbox per pod: named so, or said so.
+        assert!(runtimes["gvisor"].sandbox && runtimes["runsc"].sandbox);
+        assert!(!runtimes["crun"].sandbox);
         let refused = [
             (
                 "[runtimes.crun]\nruntime_path = \"crun\"",

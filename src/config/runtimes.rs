@@ -23,6 +23,10 @@ pub struct RuntimeHandlerConfig {
     pub systemd_cgroup: Option<bool>,
     /// Global options given before every command (`--debug`, `--rootless=false`).
     pub runtime_args: Vec<String>,
+    /// The binary runs each pod in a sandbox of its own, made by an infra container (gVisor's
+    /// `runsc`); unset: true for a binary named `runsc`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<bool>,
 }
 
 impl RuntimeHandlerConfig {
@@ -93,6 +97,9 @@ impl Config {
                         .unwrap_or_else(|| self.state.join("runtimes").join(handler)),
                     systemd_cgroup: self.cgroup_driver == CgroupDriver::Systemd,
                     args: r.runtime_args.clone(),
+                    sandbox: r
+                        .sandbox
+                        .unwrap_or_else(|| r.runtime_path.file_name() == Some("runsc".as_ref())),
                 };
                 (handler.clone(), runtime)
             })

@@ -163,7 +163,14 @@ impl Containers {
         let mut known: HashSet<String> = self.table().by_id.keys().cloned().collect();
         // A reclaim releases a hold only once its mounts are gone.
         known.extend(self.reclaiming());
-        let binaries = self.ctx.runtimes.values().map(|r| &r.root);
+        // A sandboxing binary's root holds state files of pods as well (runsc's
+        // `<id>_sandbox:<pod>.state`), which the pod's teardown deletes.
+        let binaries = self
+            .ctx
+            .runtimes
+            .values()
+            .filter(|r| !r.sandbox)
+            .map(|r| &r.root);
         let roots: Vec<&PathBuf> = [&self.ctx.layers_dir, &self.ctx.runtime_root]
             .into_iter()
             .chain(binaries)

@@ -21,6 +21,11 @@ pub struct OciRuntime {
     pub systemd_cgroup: bool,
     /// Global options given before every command (`runtime_args`).
     pub args: Vec<String>,
+    /// The binary runs each pod in a sandbox of its own (gVisor's `runsc`): the pod's first
+    /// container is an infra container that makes it, the others join it, and a container's
+    /// processes are no host processes (see `monitor/workload/standin.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sandbox: bool,
 }
 
 impl OciRuntime {
@@ -39,6 +44,24 @@ impl OciRuntime {
     pub fn state_dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
     }
+
+    /// Whether the binary holds state for container `id`: runc's and crun's directory
+    /// `<root>/<id>`, or runsc's file `<root>/<id>_sandbox:<sandbox>.state`.
+    pub fn has_state(&self, id: &str) -> bool {
+        if !self.sandbox {
+            return self.state_dir(id).exists();
+        }
+        let prefix = format!("{id}_sandbox:");
+        std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(&prefix) && name.ends_with(".state")
+            })
+    }
 }
 
 #[cfg(test)]
@@ -53,6 +76,7 @@ mod tests {
             root: "/run/crust/runtimes/crun".into(),
             systemd_cgroup: true,
             args: vec!["--debug".into()],
+            sandbox: false,
         };
         let args: Vec<String> = r
             .global_args()

@@ -33,6 +33,9 @@ pub use process::main as run;
 
 /// File names inside the sandbox directory.
 pub const SOCKET: &str = "monitor.sock";
+/// The bundle and logs of a pod's infra container, in the sandbox directory (handlers whose
+/// binary makes a sandbox per pod: `workload/infra.rs`).
+pub const INFRA_DIR: &str = "infra";
 pub const PIDFILE: &str = "monitor.pid";
 pub const LOG: &str = "monitor.log";
 

@@ -39,6 +39,25 @@ pub struct Streams {
     pub stderr: OwnedFd,
 }
 
+impl Streams {
+    /// `/dev/null` for all three, for a process whose streams nobody reads.
+    pub fn null() -> Result<Streams, String> {
+        let null = || -> Result<OwnedFd, String> {
+            let file = std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(|e| format!("opening /dev/null: {e}"))?;
+            Ok(file.into())
+        };
+        Ok(Streams {
+            stdin: null()?,
+            stdout: null()?,
+            stderr: null()?,
+        })
+    }
+}
+
 /// Runs `<runtime> <global options> --log <log> --log-format json <args>` to its end. A
 /// failure names the command, how it ended and what the binary logged as errors (or wrote on
 /// stderr, when the streams are not the container's).
@@ -121,6 +140,22 @@ pub fn create(
     read_pid(&pid_file)
 }
 
+/// `create` then `start` of a container whose streams nobody reads (a pod's infra
+/// container); deleted again when either fails.
+pub fn create_and_start(
+    runtime: &OciRuntime,
+    id: &str,
+    bundle: &Path,
+    dir: &Path,
+) -> Result<(), String> {
+    let made = create(runtime, id, bundle, dir, Streams::null()?, None)
+        .and_then(|_| start(runtime, id, dir));
+    if made.is_err() {
+        let _ = delete(runtime, id, &dir.join(super::RUNTIME_LOG));
+    }
+    made
+}
+
 /// `start <id>`: the waiting process execs the container's program.
 pub fn start(runtime: &OciRuntime, id: &str, dir: &Path) -> Result<(), String> {
     let args: [&OsStr; 2] = ["start".as_ref(), id.as_ref()];
@@ -144,6 +179,7 @@ pub fn exec(
     std::fs::write(&process_file, json)
         .map_err(|e| format!("writing {}: {e}", process_file.display()))?;
     let console = console_socket.map(short_path).transpose()?;
+    let inner_file = dir.join(format!("exec-{me}.ipid"));
     let mut args: Vec<&OsStr> = vec![
         "exec".as_ref(),
         "--process".as_ref(),
@@ -152,6 +188,10 @@ pub fn exec(
         pid_file.as_os_str(),
         "--detach".as_ref(),
     ];
+    if runtime.sandbox {
+        // The process inside the sandbox, which a kill of the host process does not end.
+        args.extend(["--internal-pid-file".as_ref(), inner_file.as_os_str()]);
+    }
     if let Some((_, path)) = &console {
         args.extend(["--console-socket".as_ref(), path.as_os_str()]);
     }
@@ -160,18 +200,47 @@ pub fn exec(
     let _ = std::fs::remove_file(&process_file);
     let pid = ran.and_then(|()| read_pid(&pid_file));
     let _ = std::fs::remove_file(&pid_file);
+    if runtime.sandbox {
+        match &pid {
+            Ok(pid) => {
+                let _ = std::fs::rename(&inner_file, inner_pid_file(dir, *pid));
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(&inner_file);
+            }
+        }
+    }
     pid
+}
+
+/// Where a sandboxing binary's exec `host_pid` (runsc's `runsc-exec`) has the pid of the
+/// process it stands for inside the sandbox.
+pub fn inner_pid_file(dir: &Path, host_pid: i32) -> PathBuf {
+    dir.join(format!("exec-{host_pid}.ipid"))
+}
+
+/// `kill --pid <inner> <id> KILL`: a process inside the sandbox of a sandboxing binary.
+pub fn kill_inner(runtime: &OciRuntime, id: &str, dir: &Path, inner: i32) -> Result<(), String> {
+    let inner = inner.to_string();
+    let args: [&OsStr; 5] = [
+        "kill".as_ref(),
+        "--pid".as_ref(),
+        inner.as_ref(),
+        id.as_ref(),
+        "KILL".as_ref(),
+    ];
+    run(runtime, &dir.join(super::RUNTIME_LOG), &args, None)
 }
 
 /// `delete --force <id>`: the binary's state of the container (and what it still runs). A
 /// container the binary does not know is already deleted.
 pub fn delete(runtime: &OciRuntime, id: &str, log: &Path) -> Result<(), String> {
-    if !runtime.state_dir(id).exists() {
+    if !runtime.has_state(id) {
         return Ok(());
     }
     let args: [&OsStr; 3] = ["delete".as_ref(), "--force".as_ref(), id.as_ref()];
     match run(runtime, log, &args, None) {
-        Err(_) if !runtime.state_dir(id).exists() => Ok(()),
+        Err(_) if !runtime.has_state(id) => Ok(()),
         other => other,
     }
 }
@@ -270,7 +339,7 @@ pub fn logged_errors(log: &Path, start: u64) -> String {
 /// A unix socket path short enough for `sun_path` whatever the state directory's length:
 /// its directory through `/proc/<pid>/fd/<fd>` of this process, which holds the directory
 /// open while the binary connects.
-fn short_path(socket: &Path) -> Result<(std::fs::File, PathBuf), String> {
+pub fn short_path(socket: &Path) -> Result<(std::fs::File, PathBuf), String> {
     let dir = socket.parent().unwrap_or(Path::new("/"));
     let name = socket.file_name().unwrap_or_default();
     let handle = std::fs::File::open(dir).map_err(|e| format!("opening {}: {e}", dir.display()))?;

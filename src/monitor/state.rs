@@ -44,6 +44,9 @@ pub struct Monitor {
     /// OOM kills put down to this pod's containers so far (see `oom`): what the pod's
     /// hierarchical count holds besides a container whose own count vanished.
     pub oom_kills: Cell<u64>,
+    /// Whether the pod's infra container is made (handlers whose binary makes a sandbox per
+    /// pod); held while it is being made, so that the pod's first containers wait for it.
+    pub infra: tokio::sync::Mutex<bool>,
 }
 
 #[derive(Default)]
@@ -72,6 +75,7 @@ impl Monitor {
             stop: Notify::new(),
             activity: Notify::new(),
             oom_kills: Cell::new(0),
+            infra: tokio::sync::Mutex::new(false),
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub use nix::unistd::ForkResult;
 
@@ -290,6 +290,72 @@ pub fn reset_signals() {
     let _ = SigSet::all().thread_unblock();
 }
 
+/// Makes `stdio` this process's descriptors 0, 1 and 2 and `extra` its descriptor 3, and
+/// closes every other one; answers descriptor 3. For a long-lived process forked from the
+/// monitor, which must hold none of the monitor's descriptors.
+pub fn keep_only_fds(stdio: [OwnedFd; 3], extra: OwnedFd) -> io::Result<OwnedFd> {
+    use std::os::fd::IntoRawFd;
+    // Above every target first, so that no move overwrites a descriptor still to be moved.
+    let mut high = Vec::with_capacity(4);
+    for fd in stdio.iter().chain([&extra]) {
+        high.push(nix::fcntl::fcntl(
+            fd.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10),
+        )?);
+    }
+    for (target, fd) in high.into_iter().enumerate() {
+        nix::unistd::dup2(fd, target as RawFd)?;
+    }
+    // Closed by close_range below (or now one of 0-3, which stay).
+    for fd in stdio.into_iter().chain([extra]) {
+        let _ = fd.into_raw_fd();
+    }
+    // SAFETY: close_range only closes descriptors; the caller owns nothing above 3 any more.
+    if unsafe { libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: descriptor 3 was just made a copy of `extra`, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(3) })
+}
+
+/// Blocks `signals` (numbers: real-time signals too) in the calling thread and answers a
+/// non-blocking signalfd that reads them.
+pub fn block_into_signalfd(signals: &[i32]) -> io::Result<nix::sys::signalfd::SignalFd> {
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut raw = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initializes the set; sigaddset only adds valid numbers to it.
+    let set = unsafe {
+        libc::sigemptyset(raw.as_mut_ptr());
+        for &s in signals {
+            if libc::sigaddset(raw.as_mut_ptr(), s) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        raw.assume_init()
+    };
+    // SAFETY: `set` is an initialized sigset_t; the old mask is not asked for.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `set` was made by sigemptyset and sigaddset.
+    let set = unsafe { nix::sys::signal::SigSet::from_sigset_t_unchecked(set) };
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
+}
+
+/// Sends signal number `signo` to `pid`, any signal the kernel knows (real-time ones too,
+/// which `nix`'s `Signal` does not name).
+pub fn signal_raw(pid: i32, signo: i32) -> io::Result<()> {
+    // SAFETY: kill(2) only sends a signal; no memory is involved.
+    if unsafe { libc::kill(pid, signo) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Ends the calling process at once, without running exit handlers or flushing buffers that
 /// belong to the process it was forked from.
 pub fn exit_now(code: i32) -> ! {
@@ -308,7 +374,7 @@ pub fn receive_fd(stream: &std::os::unix::net::UnixStream) -> io::Result<OwnedFd
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut data = [0u8; 256];
     let mut iov = [io::IoSliceMut::new(&mut data)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; 1]);
     let msg = recvmsg::<()>(
         stream.as_raw_fd(),
         &mut iov,
@@ -352,11 +418,7 @@ pub fn has_mount_setattr() -> bool {
 
 /// Sends `data` with the descriptors `fds` attached (SCM_RIGHTS) on a unix stream socket.
 /// Non-blocking sockets may answer WouldBlock, like any write.
-pub fn send_with_fds(
-    socket: &impl AsRawFd,
-    data: &[u8],
-    fds: &[std::os::fd::RawFd],
-) -> io::Result<usize> {
+pub fn send_with_fds(socket: &impl AsRawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let iov = [io::IoSlice::new(data)];
     let cmsg = [ControlMessage::ScmRights(fds)];
@@ -377,7 +439,7 @@ pub fn receive_with_fds(
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut iov = [io::IoSliceMut::new(buf)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+    let mut space = nix::cmsg_space!([RawFd; 8]);
     let msg = recvmsg::<()>(
         socket.as_raw_fd(),
         &mut iov,

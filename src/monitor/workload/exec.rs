@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::worker::{self, Job, Outcome, Stdio};
+use crate::model::OciRuntime;
+use crate::monitor::oci_cli;
 use crate::monitor::state::{Monitor, err, failed_as_logged};
 use crate::monitor::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
 
@@ -20,7 +23,7 @@ use crate::monitor::{ExecOutput, ExecRequest, Fault, RUNTIME_LOG, Reply};
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
-    let (dir, runtime) = {
+    let (dir, runtime): (std::path::PathBuf, Option<OciRuntime>) = {
         let workloads = monitor.workloads.borrow();
         let Some(w) = workloads.get(&req.id) else {
             return err(
@@ -44,7 +47,7 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         process: Box::new(req.process.clone()),
         stdio: theirs,
         console_socket: None,
-        runtime,
+        runtime: runtime.clone(),
         dir: dir.clone(),
     };
     let spawned = match worker::spawn(job, &dir.join(RUNTIME_LOG)) {
@@ -71,12 +74,13 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
             match tokio::time::timeout(t, &mut exited).await {
                 Ok(status) => (status.ok(), false),
                 Err(_) => {
-                    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                    kill(monitor, runtime.as_ref(), &req.id, &dir, pid).await;
                     (exited.await.ok(), true)
                 }
             }
         }
     };
+    ended(&dir, pid);
     let deadline = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
     let (stdout, stderr) = tokio::join!(stdout.finish(deadline), stderr.finish(deadline));
     Reply::Exec(ExecOutput {
@@ -86,6 +90,40 @@ pub async fn run(monitor: &Rc<Monitor>, req: ExecRequest) -> Reply {
         stderr: stderr.0,
         timed_out,
     })
+}
+
+/// Kills an exec's process: the one the monitor reaps, and for a sandboxing binary first the
+/// process inside the sandbox that it stands for (`runsc-exec` does not take it along).
+pub(super) async fn kill(
+    monitor: &Monitor,
+    runtime: Option<&OciRuntime>,
+    id: &str,
+    dir: &Path,
+    pid: Pid,
+) {
+    let inner = runtime.filter(|r| r.sandbox).and_then(|r| {
+        let text = std::fs::read_to_string(oci_cli::inner_pid_file(dir, pid.as_raw())).ok()?;
+        Some((r.clone(), text.trim().parse::<i32>().ok()?))
+    });
+    if let Some((runtime, inner)) = inner {
+        let since = monitor.reap_seq();
+        let job = Job::KillInner {
+            runtime,
+            id: id.to_owned(),
+            dir: dir.to_owned(),
+            inner,
+        };
+        if let Ok(spawned) = worker::spawn(job, &dir.join(RUNTIME_LOG)) {
+            drop(monitor.watch(spawned.pid, since));
+            let _ = spawned.outcome().await;
+        }
+    }
+    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+}
+
+/// An exec's process was reaped: what a sandboxing binary's exec left for it goes.
+pub(super) fn ended(dir: &Path, pid: Pid) {
+    let _ = std::fs::remove_file(oci_cli::inner_pid_file(dir, pid.as_raw()));
 }
 
 fn exit_code(status: Option<WaitStatus>) -> i32 {

@@ -11,7 +11,6 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 
-use nix::sys::signal::Signal;
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,7 +53,7 @@ pub async fn exec(
         process: Box::new(req.process.clone()),
         stdio,
         console_socket: console_socket.clone(),
-        runtime,
+        runtime: runtime.clone(),
         dir: dir.clone(),
     };
     let spawned = match worker::spawn(job, &dir.join(RUNTIME_LOG)) {
@@ -93,10 +92,12 @@ pub async fn exec(
     let status = tokio::select! {
         status = exited => status.ok(),
         _ = read.read(&mut probe) => {
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            super::exec::kill(monitor, runtime.as_ref(), &req.id, &dir, pid).await;
+            super::exec::ended(&dir, pid);
             return;
         }
     };
+    super::exec::ended(&dir, pid);
     let exit_code = match status {
         Some(WaitStatus::Exited(_, code)) => code,
         Some(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,

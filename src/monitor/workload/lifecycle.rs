@@ -37,6 +37,11 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             format!("container {} is being created already", req.id),
         );
     };
+    if let Some(runtime) = req.runtime.as_ref().filter(|r| r.sandbox) {
+        if let Err(reply) = super::infra::ensure(monitor, runtime, &req).await {
+            return reply;
+        }
+    }
     let _held = crate::failpoint_pause!("monitor.create.before_worker");
     let log = match LogFile::open(req.log_path.clone()) {
         Ok(l) => Rc::new(RefCell::new(l)),
@@ -189,7 +194,7 @@ fn relay_outputs(
 }
 
 pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
-    let (runtime_dir, runtime, dir, pid, restored) = {
+    let (runtime_dir, runtime, dir, pid, restored, sandboxed) = {
         let mut workloads = monitor.workloads.borrow_mut();
         let Some(w) = workloads.get_mut(id) else {
             return not_found(id);
@@ -213,6 +218,7 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
             w.req.dir.clone(),
             w.pid,
             w.req.restore.is_some().then(|| w.req.cgroup_procs.clone()),
+            w.req.runtime.as_ref().is_some_and(|r| r.sandbox),
         )
     };
     let started = match (runtime, restored) {
@@ -243,9 +249,15 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
         }
     };
     if let Err(e) = started {
-        return err(Fault::Failed, format!("starting container {id}: {e}"));
+        // A binary's words may say it is the request's fault (runsc finds a joining
+        // container's command only now).
+        return err(
+            worker::classify(&e),
+            format!("starting container {id}: {e}"),
+        );
     }
-    if let Some(pid) = pid {
+    // A stand-in (`standin.rs`) runs crust's code for the container's whole life.
+    if let Some(pid) = pid.filter(|_| !sandboxed) {
         left_crust(pid).await;
     }
     crate::failpoint!("monitor.start.after_start");
@@ -318,7 +330,16 @@ pub fn kill(monitor: &Monitor, id: &str, signal: Signal, all: bool) {
     let Some(w) = workloads.get(id) else { return };
     // The pid is ours until we reap it, so it still names the container's process.
     if let Some(pid) = w.pid {
-        let _ = nix::sys::signal::kill(pid, signal);
+        if w.req.runtime.as_ref().is_some_and(|r| r.sandbox) {
+            // A stand-in forwards signals to the sandbox; it would die of a SIGKILL.
+            let signo = match signal {
+                Signal::SIGKILL => super::standin::kill_all(),
+                other => other as i32,
+            };
+            let _ = crate::sys::signal_raw(pid.as_raw(), signo);
+        } else {
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
     }
     if all {
         kill_cgroup(w.req.cgroup_procs.as_deref(), signal);

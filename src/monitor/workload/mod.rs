@@ -9,11 +9,13 @@
 
 pub(super) mod exec;
 mod exec_seccomp;
+mod infra;
 pub(super) mod interactive;
 pub(super) mod lifecycle;
 mod logs;
 pub(super) mod oom;
 mod restore;
+mod standin;
 pub(super) mod worker;
 
 use std::cell::RefCell;

@@ -76,6 +76,20 @@ pub enum Job {
         id: String,
         dir: PathBuf,
     },
+    /// `<runtime> kill --pid`: an exec's process inside a sandboxing binary's sandbox.
+    KillInner {
+        runtime: OciRuntime,
+        id: String,
+        dir: PathBuf,
+        inner: i32,
+    },
+    /// `<runtime> create` and `start` of the pod's infra container, for a binary that makes a
+    /// sandbox per pod (`infra.rs`): `dir` is its bundle.
+    Infra {
+        runtime: OciRuntime,
+        id: String,
+        dir: PathBuf,
+    },
 }
 
 /// A worker's answer: the pid of the process it created, or why it could not.
@@ -168,6 +182,12 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
             stdio,
             console_socket,
         } => match &req.runtime {
+            Some(runtime) if runtime.sandbox => by_pid(super::standin::create(
+                runtime,
+                &req,
+                stdio.into(),
+                console_socket.as_deref(),
+            )),
             Some(runtime) => by_pid(oci_cli::create(
                 runtime,
                 &req.id,
@@ -201,13 +221,20 @@ fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {
             )),
             None => exec(&id, &runtime_root, &process, stdio, console_socket),
         },
-        Job::Start { runtime, id, dir } => match oci_cli::start(&runtime, &id, &dir) {
-            Ok(()) => Outcome::Done,
-            Err(error) => Outcome::Failed {
-                fault: classify(&error),
-                error,
-            },
-        },
+        Job::Start { runtime, id, dir } => done(if runtime.sandbox {
+            super::standin::start(&dir)
+        } else {
+            oci_cli::start(&runtime, &id, &dir)
+        }),
+        Job::KillInner {
+            runtime,
+            id,
+            dir,
+            inner,
+        } => done(oci_cli::kill_inner(&runtime, &id, &dir, inner)),
+        Job::Infra { runtime, id, dir } => {
+            done(oci_cli::create_and_start(&runtime, &id, &dir, &dir))
+        }
     };
     let mut line = serde_json::to_vec(&outcome).unwrap_or_default();
     line.push(b'\n');
@@ -222,6 +249,17 @@ impl From<Stdio> for Streams {
             stdout: s.stdout,
             stderr: s.stderr,
         }
+    }
+}
+
+/// A binary's answer to a job that makes no process.
+fn done(result: Result<(), String>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Done,
+        Err(error) => Outcome::Failed {
+            fault: classify(&error),
+            error,
+        },
     }
 }
 
@@ -480,8 +518,10 @@ fn render(e: &dyn std::error::Error) -> String {
 /// that the image does not have is something the user fixes, not the node.
 pub(in crate::monitor) fn classify(error: &str) -> Fault {
     // libcontainer's, then runc's and crun's words for a working directory that is not there.
-    const REQUEST_FAULTS: [&str; 5] = [
+    // runsc's, whose joining containers find their command at the start.
+    const REQUEST_FAULTS: [&str; 6] = [
         "not found in $PATH",
+        "error finding executable",
         "PATH environment variable is not set",
         "failed to chdir",
         "set in config.json failed",
@@ -515,6 +555,9 @@ mod tests {
         assert_eq!(classify(runc), Fault::Invalid);
         let crun = "chdir to `/nope`: No such file or directory";
         assert_eq!(classify(crun), Fault::Invalid);
+        let runsc = "starting sub-container [nope]: error finding executable \"nope\" in PATH \
+                     [/bin]: no such file or directory";
+        assert_eq!(classify(runsc), Fault::Invalid);
         assert_eq!(
             classify(
                 "mkdirat sys: Os { code: 28, kind: StorageFull, message: \"No space left on device\" }"

@@ -45,6 +45,9 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
         }
         crate::failpoint!("sandbox.teardown.after_monitor");
     }
+    if let Some(e) = delete_infra(record).await {
+        errors.push(e);
+    }
     if let Err(e) = crate::sandbox::host::files::unmount_shm(&record.dir) {
         errors.push(format!("unmount the pod's /dev/shm: {e}"));
     }
@@ -74,6 +77,24 @@ async fn release_processes(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<
     }
     crate::failpoint!("sandbox.teardown.after_cgroup");
     errors
+}
+
+/// `<runtime> delete --force` of the pod's infra container, for a handler whose binary made a
+/// sandbox for the pod (`monitor/workload/infra.rs`): it ends the sandbox and what runs in it.
+async fn delete_infra(record: &SandboxRecord) -> Option<String> {
+    let runtime = record.runtime.clone().filter(|r| r.sandbox)?;
+    let id = record.id.clone();
+    let log = record
+        .dir
+        .join(monitor::INFRA_DIR)
+        .join(monitor::RUNTIME_LOG);
+    let deleted =
+        tokio::task::spawn_blocking(move || monitor::oci_cli::delete(&runtime, &id, &log)).await;
+    match deleted {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!("delete the pod's sandbox: {e}")),
+        Err(e) => Some(format!("delete the pod's sandbox: {e}")),
+    }
 }
 
 async fn release_network(ctx: &SandboxContext, record: &SandboxRecord) -> Vec<String> {
