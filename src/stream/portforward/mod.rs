@@ -9,7 +9,7 @@ mod dial;
 mod spdy;
 mod target;
 
-pub use dial::dial;
+pub use dial::{PodConn, dial};
 pub use spdy::serve;
 pub use target::pod_network;
 
@@ -22,6 +22,14 @@ pub enum PodNetwork {
     Namespace(PathBuf),
     /// A host-network pod: the host's loopback, as kubelet does.
     Host,
+    /// A pod in a sandbox of its own (gVisor's runsc), whose network stack is the sandbox's:
+    /// reached through `<runtime> port-forward --stream`, with its socket in the pod's
+    /// directory `dir`.
+    Sandbox {
+        runtime: crate::model::OciRuntime,
+        pod: String,
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::task::JoinSet;
 
-use super::{PodNetwork, dial};
+use super::{PodConn, PodNetwork, dial};
 use crate::stream::spdy::frame::RstStatus;
 use crate::stream::spdy::splice::Pipe;
 use crate::stream::spdy::{Incoming, Stream};
@@ -124,8 +124,12 @@ async fn forward(pair: Pair, network: PodNetwork, pod: String) {
     };
     let port = pair.port;
     match dial(&network, port).await {
-        Ok(tcp) => {
-            if let Err(e) = copy(data, tcp).await {
+        Ok(conn) => {
+            let copied = match conn {
+                PodConn::Tcp(tcp) => copy(data, tcp).await,
+                PodConn::Sandbox(stream) => copy_stream(data, stream).await,
+            };
+            if let Err(e) = copied {
                 tracing::debug!(port, error = %e, "port-forward connection ended");
             }
         }
@@ -160,6 +164,32 @@ async fn copy(data: Stream, tcp: TcpStream) -> std::io::Result<()> {
             while to_client.splice_from(from_pod.as_ref(), &mut pipe).await? > 0 {}
             return to_client.close().await;
         }
+        let mut buf = vec![0u8; READ_BYTES];
+        loop {
+            let n = from_pod.read(&mut buf).await?;
+            if n == 0 {
+                return to_client.close().await;
+            }
+            to_client.send(&buf[..n]).await?;
+        }
+    };
+    tokio::try_join!(up, down).map(drop)
+}
+
+/// Like `copy`, for a sandbox's stream (no splice: runsc's socket is a unix one).
+async fn copy_stream(data: Stream, pod: tokio::net::UnixStream) -> std::io::Result<()> {
+    let (mut from_client, to_client) = data.into_split();
+    let (mut from_pod, mut to_pod) = pod.into_split();
+    let up = async {
+        let mut batch = Vec::new();
+        while from_client.recv_batch(&mut batch, BATCH_BYTES).await? {
+            for piece in batch.drain(..) {
+                to_pod.write_all(&piece).await?;
+            }
+        }
+        to_pod.shutdown().await
+    };
+    let down = async {
         let mut buf = vec![0u8; READ_BYTES];
         loop {
             let n = from_pod.read(&mut buf).await?;

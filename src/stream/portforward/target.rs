@@ -11,8 +11,15 @@ pub fn pod_network(sandboxes: &Sandboxes, id: &str) -> Result<PortForwardRequest
     if !record.phase.is_ready() {
         return Err(StreamError::PodNotReady(record.id.clone()));
     }
+    let sandboxed = record.runtime.as_ref().filter(|r| r.sandbox);
     let network = if record.spec.namespaces.host_network() {
         PodNetwork::Host
+    } else if let Some(runtime) = sandboxed {
+        PodNetwork::Sandbox {
+            runtime: runtime.clone(),
+            pod: record.id.clone(),
+            dir: record.dir.clone(),
+        }
     } else {
         match &record.pins.net {
             Some(pin) => PodNetwork::Namespace(pin.clone()),
