@@ -34,7 +34,7 @@ run:
 ## driver (hack/cgroupv2-tests.sh).
 test:
 	hack/install-deps.sh test
-	hack/build-tools.sh cri-tools kubelet
+	hack/build-tools.sh cri-tools kubelet runsc
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
 	hack/fuzz.sh $(FUZZ_SECS)
@@ -46,7 +46,7 @@ test:
 ## busy loops beside each round; prints every test that failed in any round (hack/test-stress.sh).
 test-stress:
 	hack/install-deps.sh test
-	hack/build-tools.sh cri-tools kubelet
+	hack/build-tools.sh cri-tools kubelet runsc
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/test-stress.sh $(STRESS_ROUNDS)
 

@@ -17,6 +17,8 @@
 #               plugins its Corefile uses)
 #   checkpointctl  checkpointctl (shows and inspects      hack/tools/checkpointctl/go.mod
 #               checkpoint archives)
+#   runsc       runsc (gVisor: a sandbox per pod, run     hack/tools/runsc/go.mod
+#               as a crust handler)
 # The binaries land in $CRUST_TOOLS_CACHE/<name>-<version>/ (default /var/cache/crust-tools).
 # A directory is reused while it holds every binary and was built from the same go.mod and
 # go.sum; otherwise it is built again (into a temporary directory, then renamed, under a lock,
@@ -42,7 +44,8 @@ module_dir() {
     cluster) echo "$top/hack/tools/cluster" ;;
     coredns) echo "$top/hack/tools/coredns" ;;
     checkpointctl) echo "$top/hack/tools/checkpointctl" ;;
-    *) die "unknown tool '$1' (cri-tools, kubelet, containerd, e2e-node, cluster, coredns or checkpointctl)" ;;
+    runsc) echo "$top/hack/tools/runsc" ;;
+    *) die "unknown tool '$1' (cri-tools, kubelet, containerd, e2e-node, cluster, coredns, checkpointctl or runsc)" ;;
   esac
 }
 main_module() {
@@ -51,6 +54,7 @@ main_module() {
     kubelet|e2e-node|cluster) echo k8s.io/kubernetes ;;
     coredns) echo github.com/coredns/coredns ;;
     checkpointctl) echo github.com/checkpoint-restore/checkpointctl ;;
+    runsc) echo gvisor.dev/gvisor ;;
     containerd) echo github.com/containerd/containerd/v2 ;;
   esac
 }
@@ -64,6 +68,7 @@ binaries() {
       etcd ginkgo agnhost sample-apiserver e2e.test ;;
     coredns) echo coredns ;;
     checkpointctl) echo checkpointctl ;;
+    runsc) echo runsc ;;
   esac
 }
 
@@ -145,6 +150,10 @@ build_into() { # name outdir version
     checkpointctl)
       go build -trimpath -o "$out/checkpointctl" github.com/checkpoint-restore/checkpointctl
       ;;
+    runsc)
+      # Static, as gVisor's own build makes it (about 8 minutes here, cold).
+      CGO_ENABLED=0 go build -trimpath -o "$out/runsc" gvisor.dev/gvisor/runsc
+      ;;
     containerd)
       # As containerd's own Makefile builds them: no btrfs snapshotter (it needs btrfs headers),
       # and a static shim without cgo or the gRPC server.
@@ -197,7 +206,7 @@ build() { # name
   echo "build-tools: $name $v built in $(( $(date +%s) - start ))s" >&2
 }
 
-usage="cri-tools|kubelet|containerd|e2e-node|cluster|coredns|checkpointctl"
+usage="cri-tools|kubelet|containerd|e2e-node|cluster|coredns|checkpointctl|runsc"
 [ $# -gt 0 ] || die "usage: $0 [--dir] $usage..."
 if [ "$1" = --dir ]; then
   [ $# -eq 2 ] || die "usage: $0 --dir $usage"

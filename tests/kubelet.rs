@@ -842,21 +842,32 @@ async fn kubelet_gives_device_plugin_devices_through_cdi() {
     wait_no_pods(&mut c, &k).await;
 }
 
-/// A kubelet whose pods run under the runtime handler `runc`, Debian's runc binary
-/// (`[runtimes.runc]`, the default handler here): a standalone kubelet has no API server to
-/// resolve a RuntimeClass from, so the node's default handler is the binary's. The pod turns
-/// Ready through an exec probe (runc exec), logs, and goes leaving nothing.
-#[tokio::test(flavor = "multi_thread")]
-async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
+/// A kubelet whose pods run under the runtime handler `handler`, the binary `path`
+/// (`[runtimes.<handler>]`, made the node's default handler: a standalone kubelet has no API
+/// server to resolve a RuntimeClass from). The pod turns Ready through an exec probe (the
+/// binary's exec), its log holds what `script` printed (`expect`), and it goes leaving
+/// nothing of the binary's state (runsc's shared `null-netns` aside).
+async fn kubelet_runs_a_pod_under(
+    handler: &str,
+    path: &std::path::Path,
+    script: &str,
+    expect: &str,
+) {
     let e = Env::start_with(|d| {
-        d.append_config("\n[runtimes.runc]\nruntime_path = \"/usr/sbin/runc\"\n");
+        d.drop_in(
+            "50-handler.toml",
+            &format!(
+                "default_runtime_handler = {handler:?}\n[runtimes.{handler}]\nruntime_path = {:?}\n",
+                path.display().to_string()
+            ),
+        );
     })
     .await;
     let k = Kubelet::start(&e.d);
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: oci, namespace: default}}\nspec:\n  \
          terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {}\n    \
-         command: [sh, -c, \"echo from-runc; touch /tmp/ready; exec sleep 3600\"]\n    \
+         command: [sh, -c, \"{script}; touch /tmp/ready; exec sleep 3600\"]\n    \
          readinessProbe: {{exec: {{command: [test, -f, /tmp/ready]}}, periodSeconds: 1}}\n",
         e.image
     );
@@ -867,7 +878,8 @@ async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
     let id = crust_id(&status, "main");
     let info: Value = serde_json::from_str(&crictl(&e, &["inspect", &id])).unwrap();
     assert_eq!(
-        info["info"]["runtime"]["path"], "/usr/sbin/runc",
+        info["info"]["runtime"]["path"],
+        path.display().to_string(),
         "{info:#}"
     );
     let logs = Command::new(common::tools::crictl())
@@ -876,21 +888,39 @@ async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
         .args(["logs", &id])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&logs.stdout), "from-runc\n");
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(logs.contains(expect), "{logs}");
 
     k.remove("oci");
     let mut c = e.d.client().await;
     wait_no_pods(&mut c, &k).await;
-    let state = e.d.state.join("runtimes/runc");
+    let state = e.d.state.join("runtimes").join(handler);
+    let left = || -> Vec<String> {
+        common::Daemon::entries(&state)
+            .into_iter()
+            .filter(|e| e != "null-netns")
+            .collect()
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !common::Daemon::entries(&state).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            common::Daemon::entries(&state)
-        );
+    while !left().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", left());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Debian's runc as the handler's binary.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_runs_a_pod_under_an_oci_runtime_binary() {
+    let runc = std::path::Path::new("/usr/sbin/runc");
+    kubelet_runs_a_pod_under("runc", runc, "echo from-runc", "from-runc\n").await;
+}
+
+/// gVisor's runsc, a sandbox per pod: the container prints the kernel's log, which is
+/// gVisor's own.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubelet_runs_a_pod_under_gvisor() {
+    let runsc = common::tools::runsc();
+    kubelet_runs_a_pod_under("runsc", &runsc, "echo from-runsc; dmesg", "Starting gVisor").await;
 }
 
 /// kubelet's forensic checkpoint (`POST /checkpoint/{namespace}/{pod}/{container}`, the

@@ -316,6 +316,223 @@ async fn a_pod_runs_under(handler: &str) {
     e.end_pod(&pod.0).await;
 }
 
+/// Processes whose command line names `root` (a runtime binary's state root): runsc's
+/// sandbox and gofer carry it.
+fn processes_naming(root: &Path) -> Vec<String> {
+    let root = root.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&root))
+        .collect()
+}
+
+/// Runs `script` in `id` until it prints `want` (10 s).
+async fn wait_sh(e: &mut Env, id: &str, script: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = e.sh(id, script).await;
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{script}: {got:?}, not {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// gVisor's runsc, which runs each pod in a sandbox of its own (its Sentry, a kernel in user
+/// space): crust makes the sandbox with an infra container, every container joins it, and
+/// their processes are the sandbox's, so exits and signals go through the binary.
+#[tokio::test]
+async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
+    let path = tools::runsc();
+    let mut e = Env::start_with(|d| {
+        d.append_config(&format!("\n[runtimes.runsc]\nruntime_path = {path:?}\n"))
+    })
+    .await;
+    let root = e.d.state.join("runtimes").join("runsc");
+    // crust check names the binary, its version and that it makes a sandbox per pod.
+    let text = e.d.check();
+    let line = text
+        .lines()
+        .find(|l| l.contains(" handler ") && l.contains(&format!(": {} (", path.display())));
+    let line = line.unwrap_or_else(|| panic!("no handler line for runsc: {text}"));
+    assert!(
+        line.contains("runsc version") && line.contains("a sandbox per pod"),
+        "{line}"
+    );
+    let pod = e.pod_under("gvisor", "runsc").await;
+
+    // Output, under gVisor's kernel rather than the node's.
+    let main = e
+        .run(
+            &pod,
+            e.config("main", &["sh", "-c", "echo hello; dmesg; exec sleep 600"]),
+        )
+        .await;
+    wait_logged(&e, &pod, "main", "stdout F hello").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !e
+        .log_records(&pod, "main")
+        .iter()
+        .any(|r| r.contains("gVisor"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            e.log_records(&pod, "main")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Exec, with its output and exit codes.
+    assert_eq!(e.sh(&main, "echo in; id -u").await, "in\n0\n");
+    assert_eq!(e.exec(&main, &["sh", "-c", "exit 3"]).await.exit_code, 3);
+    let (code, out, err) = e.crictl(&["exec", "-i", &main, "cat"], "from stdin\n");
+    assert_eq!((code, out.as_str()), (0, "from stdin\n"), "{err}");
+    // An exec past its timeout is killed inside the sandbox, not only its runsc-exec.
+    let timed_out =
+        e.c.exec_sync(pb::ExecSyncRequest {
+            container_id: main.clone(),
+            cmd: vec!["sleep".into(), "31".into()],
+            timeout: 1,
+        })
+        .await;
+    assert!(timed_out.is_err(), "{timed_out:?}");
+    wait_sh(
+        &mut e,
+        &main,
+        "ps -o args | grep '[s]leep 31' | wc -l",
+        "0\n",
+    )
+    .await;
+
+    // A second container joins the same sandbox: one sandbox process for the pod, and the
+    // pod's network shared (the server answers on the sandbox's loopback).
+    let web = e
+        .run(
+            &pod,
+            e.config(
+                "web",
+                &[
+                    "sh",
+                    "-c",
+                    "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www",
+                ],
+            ),
+        )
+        .await;
+    wait_sh(
+        &mut e,
+        &main,
+        "wget -qO- http://127.0.0.1:8080/index.html",
+        "served\n",
+    )
+    .await;
+    // Port-forward reaches the server through the sandbox's network stack.
+    let local = free_port();
+    let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
+    let page = tokio::task::spawn_blocking(move || http_get(local))
+        .await
+        .unwrap();
+    assert!(page.ends_with("served\n"), "{page}");
+    let sandboxes: Vec<String> = processes_naming(&root)
+        .into_iter()
+        .filter(|c| c.starts_with("runsc-sandbox"))
+        .collect();
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+
+    // Statistics answer (kubelet asks every 10 s); the sandbox's memory is charged to the
+    // pod, whose figures show it.
+    e.c.container_stats(pb::ContainerStatsRequest {
+        container_id: main.clone(),
+    })
+    .await
+    .unwrap();
+    let pod_stats =
+        e.c.pod_sandbox_stats(pb::PodSandboxStatsRequest {
+            pod_sandbox_id: pod.0.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .stats
+        .unwrap();
+    let memory = pod_stats.linux.unwrap().memory.unwrap();
+    assert!(memory.working_set_bytes.unwrap().value > 0, "{memory:?}");
+
+    // A command the image does not have: runsc finds out at the start, and says so.
+    let missing = e
+        .create(&pod, e.config("missing", &["no-such-command"]))
+        .await
+        .unwrap();
+    let err =
+        e.c.start_container(pb::StartContainerRequest {
+            container_id: missing.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("no-such-command"), "{err:?}");
+    let status = e.status(&missing).await;
+    assert_eq!(
+        (status.state, status.exit_code),
+        (pb::ContainerState::ContainerExited as i32, 128)
+    );
+
+    // A container that ends: its exit code, as the sandbox tells it.
+    let ends = e
+        .run(&pod, e.config("ends", &["sh", "-c", "echo bye; exit 7"]))
+        .await;
+    assert_eq!(
+        e.wait_exit(&ends, Duration::from_secs(10)).await.exit_code,
+        7
+    );
+    wait_logged(&e, &pod, "ends", "stdout F bye").await;
+
+    // StopContainer's SIGTERM reaches the process inside the sandbox.
+    let script = "trap 'echo term; exit 5' TERM; echo ready; while true; do sleep 0.1; done";
+    let trap = e.run(&pod, e.config("trap", &["sh", "-c", script])).await;
+    wait_logged(&e, &pod, "trap", "stdout F ready").await;
+    e.stop(&trap, 30).await;
+    assert_eq!(e.status(&trap).await.exit_code, 5);
+    wait_logged(&e, &pod, "trap", "stdout F term").await;
+
+    // crust restarts; the containers keep running in the sandbox and answer as before.
+    e.d.kill9();
+    e.relaunch().await;
+    assert_eq!(
+        e.status(&main).await.state,
+        pb::ContainerState::ContainerRunning as i32
+    );
+    assert_eq!(e.sh(&main, "echo again").await, "again\n");
+
+    // A stop past its timeout kills (SIGKILL, which the sandbox delivers).
+    e.stop(&main, 0).await;
+    assert_eq!(e.status(&main).await.exit_code, 137);
+
+    // Removing the pod ends the sandbox: no runsc state, no sandbox or gofer process.
+    for id in [&main, &web, &ends, &trap, &missing] {
+        e.remove(id).await;
+        e.wait_reclaimed(id).await;
+    }
+    e.end_pod(&pod.0).await;
+    // runsc's one `null-netns`, a file it keeps for all sandboxes, stays.
+    let left: Vec<String> = Daemon::entries(&root)
+        .into_iter()
+        .filter(|e| e != "null-netns")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        processes_naming(&root).is_empty(),
+        "{:?}",
+        processes_naming(&root)
+    );
+}
+
 #[tokio::test]
 async fn a_pod_runs_under_crun() {
     a_pod_runs_under("crun").await;

@@ -143,6 +143,11 @@ pub fn checkpointctl() -> PathBuf {
     pinned_tool("checkpointctl", "checkpointctl")
 }
 
+/// gVisor's runsc from the pinned gvisor.dev/gvisor module (built now if it is not yet).
+pub fn runsc() -> PathBuf {
+    pinned_tool("runsc", "runsc")
+}
+
 /// The CRIU hack/install-criu.sh provides: the system's when it is 4.1 or later, else Debian 13's
 /// unpacked into the tools cache (now, if it is not there yet).
 pub fn criu() -> PathBuf {
