@@ -22,7 +22,7 @@
 # container's create and start, on crust alone; NRI_ONLY=1 measures only that. A pod with a
 # container from nothing is measured plain and in a user namespace of its own (hostUsers:
 # false), and on crust under the runtime handlers runc and crun (Debian's binaries, the runc
-# that containerd's shim runs); FROM_NOTHING_ONLY=1 measures only those. Checkpoint (and, on crust,
+# that containerd's shim runs) and runsc (gVisor); FROM_NOTHING_ONLY=1 measures only those. Checkpoint (and, on crust,
 # restore) of a container holding 10 and 200 MiB of touched memory, both runtimes with the CRIU of
 # hack/install-criu.sh; CHECKPOINT_ONLY=1 measures only those. The last lines compare crust with
 # containerd where both were measured: the pods from nothing, the relist, memory, streaming and
@@ -140,10 +140,12 @@ nri_cost() {
     }' "$W/rows"
 }
 
-# NRI as it ships (on, no plugins), on a socket of this run's own; Debian's runc and crun as
-# runtime handlers (docs/containers.md#runtime-handlers-another-oci-runtime). Not named runc:
-# that is the default handler's name, which a [runtimes.runc] table would give to the binary.
-HANDLERS="runc-binary=/usr/sbin/runc crun=/usr/bin/crun"
+# NRI as it ships (on, no plugins), on a socket of this run's own; Debian's runc and crun, and
+# gVisor's runsc (a sandbox per pod, hack/build-tools.sh runsc), as runtime handlers
+# (docs/containers.md#runtime-handlers-another-oci-runtime). Not named runc: that is the default
+# handler's name, which a [runtimes.runc] table would give to the binary.
+RUNSC=$(hack/build-tools.sh runsc)/runsc
+HANDLERS="runc-binary=/usr/sbin/runc crun=/usr/bin/crun runsc=$RUNSC"
 {
   printf 'criu_path = "%s"\n' "$CRIU"
   printf '[network]\nconf_dir = "%s"\nmasquerade_subnets = []\n[nri]\nsocket_path = "%s"\nplugin_path = "%s"\n' \
