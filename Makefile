@@ -26,21 +26,23 @@ run:
 	$(CARGO) build --release --bins
 	./target/release/crust serve $(ARGS)
 
-## Every test: unit, integration (real daemon, namespaces, CNI, registry), every fuzz target for
+## Every test: unit, integration (real daemon, namespaces, CNI, registry; the fuzz targets build
+## beside them at the lowest priority, hack/beside-fuzz-build.sh), every fuzz target for
 ## $(FUZZ_SECS) seconds, then the whole critest
 ## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps),
 ## then the whole suite again with every pod under the runtime handler `runc` (Debian's runc
 ## binary, [runtimes.runc]), then the cgroup tests again on pure cgroup v2 in a VM, with either
-## driver (hack/cgroupv2-tests.sh).
+## driver: the quick set, what only cgroup v2 or the guest has (hack/cgroupv2-tests.sh; all of
+## them: make cgroupv2-test).
 test:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools kubelet runsc
 	$(CARGO) build --bins
-	PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --no-fail-fast -- --test-threads=2
+	PATH="$(CRI_TOOLS):$$PATH" hack/beside-fuzz-build.sh $(CARGO) test --no-fail-fast -- --test-threads=2
 	hack/fuzz.sh $(FUZZ_SECS)
 	PATH="$(CRI_TOOLS):$$PATH" hack/critest.sh
 	PATH="$(CRI_TOOLS):$$PATH" CRITEST_RUNTIME=runc=/usr/sbin/runc hack/critest.sh
-	hack/cgroupv2-tests.sh
+	CGROUPV2_SET=quick hack/cgroupv2-tests.sh
 
 ## The integration tests and critest STRESS_ROUNDS times (5) with the page cache dropped and two
 ## busy loops beside each round; prints every test that failed in any round (hack/test-stress.sh).
@@ -50,8 +52,9 @@ test-stress:
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/test-stress.sh $(STRESS_ROUNDS)
 
-## The cgroup tests alone, in the cgroup v2 guest (cgroupfs driver, then systemd as PID 1 with the
-## systemd driver); CGROUPV2=cgroupfs or systemd runs one of the two.
+## Every cgroup test, in the cgroup v2 guest (cgroupfs driver, then systemd as PID 1 with the
+## systemd driver; about 20 minutes, make test runs a quick set of them); CGROUPV2=cgroupfs or
+## systemd runs one of the two. Run it before resolving an issue that changes pods or containers.
 cgroupv2-test:
 	hack/install-deps.sh test
 	$(CARGO) build --bins

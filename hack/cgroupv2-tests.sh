@@ -18,8 +18,16 @@
 # depend on them (limits, updates, OOM kills, stats, teardown, recovery) run in the guest; the
 # rest of the suite runs on the host only (docs/testing.md).
 #
+# `make test` runs the quick set (CGROUPV2_SET=quick): in the cgroupfs boot only the suites whose
+# subject is cgroup v2 itself or exists only in the guest ($CGROUPFS_QUICK: limits and updates,
+# OOM kills, the pod's memory limit and its monitor, AppArmor, crun), and critest's AppArmor,
+# OOM and metrics specs; the systemd boot whole. `make cgroupv2-test` runs every suite below and
+# both critest selections, about 20 minutes: run it before resolving an issue that changes what
+# pods or containers do (docs/testing.md).
+#
 # Usage: hack/cgroupv2-tests.sh [cgroupfs|systemd|all]   (default: all)
-# Env: CGROUPV2_VM (the VM script), CGROUPV2_THREADS (test threads in the guest, default 2),
+# Env: CGROUPV2_SET (all, the default, or quick), CGROUPV2_VM (the VM script),
+#      CGROUPV2_THREADS (test threads in the guest, default 2),
 #      CGROUPV2_CRITEST_FOCUS (critest's --ginkgo.focus in both boots, default
 #      $CRITEST_FOCUS_CGROUPFS and $CRITEST_FOCUS_SYSTEMD below),
 #      OFFLINE_REGISTRY (the registry script), and the VM script's own V2VM_* knobs.
@@ -32,6 +40,8 @@ fail() { echo "cgroupv2-tests: FAILED: $*" >&2; exit 1; }
 
 mode=${1:-all}
 case $mode in cgroupfs|systemd|all) ;; *) echo "usage: $0 [cgroupfs|systemd|all]" >&2; exit 2 ;; esac
+set_=${CGROUPV2_SET:-all}
+case $set_ in all|quick) ;; *) echo "$0: CGROUPV2_SET must be all or quick" >&2; exit 2 ;; esac
 
 # "<test target> <test name>..." per line; names are exact (libtest --exact).
 CGROUPFS_SUITES=(
@@ -47,6 +57,9 @@ CGROUPFS_SUITES=(
   "user_namespaces a_pod_s_root_is_an_unprivileged_range_of_host_ids volumes_with_the_pod_s_mappings_are_id_mapped the_pod_lives_through_a_daemon_kill_and_leaves_nothing"
   "runtime_handlers a_pod_runs_under_crun"
 )
+# The quick set's cgroupfs suites (names of CGROUPFS_SUITES' test targets): what runs on cgroup
+# v2 only or exists only in the guest; the rest of CGROUPFS_SUITES also runs on the host (v1).
+CGROUPFS_QUICK=(cgroups containers monitor_death apparmor runtime_handlers)
 SYSTEMD_SUITES=(
   "cgroups the_systemd_driver_puts_scopes_in_kubelet_s_slices_and_leaves_none the_systemd_driver_s_scopes_survive_a_daemon_sigkill_and_go_with_removal the_systemd_driver_s_oom_kill_is_read_from_the_container_s_own_scope"
   "package_install the_package_installs_restarts_upgrades_reloads_and_removes_under_systemd"
@@ -62,6 +75,7 @@ SYSTEMD_SUITES=(
 # on the host. The tests of AppArmor and the differential test against containerd run in the
 # cgroupfs boot, for AppArmor too.
 CRITEST_FOCUS_CGROUPFS='\[k8s\.io\] (AppArmor|Security Context UserNamespaces|PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations)) '
+CRITEST_FOCUS_QUICK='\[k8s\.io\] (AppArmor|PodSandbox runtime should support metrics operations|Container OOM) '
 CRITEST_FOCUS_SYSTEMD='\[k8s\.io\] (PodSandbox runtime should support (basic|metrics) operations|Container (OOM|runtime should support basic operations on container runtime should support (starting|listing container stats)) )'
 
 [ "$(id -u)" -eq 0 ] || fail "run as root (the VM script builds its image and boots as root)"
@@ -159,6 +173,16 @@ run_guest() {  # run_guest MODE SUITE...: MODE systemd boots with systemd as PID
     rc=1
   fi
 }
-if [ "$mode" != systemd ]; then run_guest cgroupfs "${CGROUPFS_SUITES[@]}"; fi
+cgroupfs_suites=("${CGROUPFS_SUITES[@]}")
+if [ "$set_" = quick ]; then
+  cgroupfs_suites=()
+  for s in "${CGROUPFS_SUITES[@]}"; do
+    for q in "${CGROUPFS_QUICK[@]}"; do
+      if [ "${s%% *}" = "$q" ]; then cgroupfs_suites+=("$s"); fi
+    done
+  done
+  CRITEST_FOCUS_CGROUPFS=$CRITEST_FOCUS_QUICK
+fi
+if [ "$mode" != systemd ]; then run_guest cgroupfs "${cgroupfs_suites[@]}"; fi
 if [ "$mode" != cgroupfs ]; then run_guest systemd "${SYSTEMD_SUITES[@]}"; fi
 exit $rc

@@ -7,6 +7,8 @@
 # Installs cargo-fuzz (pinned) if missing.
 #
 #   hack/fuzz.sh [SECONDS] [TARGET...]
+#   hack/fuzz.sh --build-only        build every target, run none (make test builds them beside
+#                                    the integration tests, hack/beside-fuzz-build.sh)
 #
 # Each target starts from the typical inputs committed in fuzz/seeds/<target>/ (if any) and
 # what earlier runs found in fuzz/corpus/<target>/. A crash leaves its input under
@@ -15,6 +17,8 @@
 # and turn it into a unit test beside the entry point.
 set -eu
 cd "$(dirname "$0")/.."
+build_only=
+if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 toolchain=+${FUZZ_TOOLCHAIN:-stable}
@@ -23,22 +27,44 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13
 targets=${*:-$(cargo $toolchain fuzz list --fuzz-dir fuzz)}
 # One build for every target (each `run` would otherwise check the whole crate again).
 cargo $toolchain fuzz build --fuzz-dir fuzz
-for t in $targets; do
-  echo "== $t: ${secs}s"
-  mkdir -p "fuzz/corpus/$t"
+[ -z "$build_only" ] || exit 0
+# Targets run FUZZ_JOBS at a time (default 2; each is one single-threaded process), their
+# reports printed in order once a batch is done.
+jobs=${FUZZ_JOBS:-2}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run_target() { # target: its report in $work/<target>.log, its status in $work/<target>.rc
+  mkdir -p "fuzz/corpus/$1"
   seeds=""
-  [ -d "fuzz/seeds/$t" ] && seeds="fuzz/seeds/$t"
-  log=$(mktemp)
+  [ -d "fuzz/seeds/$1" ] && seeds="fuzz/seeds/$1"
   # shellcheck disable=SC2086
-  if ! cargo $toolchain fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" $seeds -- \
+  if cargo $toolchain fuzz run --fuzz-dir fuzz "$1" "fuzz/corpus/$1" $seeds -- \
     -max_total_time="$secs" -malloc_limit_mb=64 -rss_limit_mb=512 -max_len=65536 \
-    -print_final_stats=1 >"$log" 2>&1; then
-    tail -60 "$log" >&2
-    rm -f "$log"
-    echo "fuzz.sh: $t failed; its input is in fuzz/artifacts/$t/" >&2
+    -print_final_stats=1 >"$work/$1.log" 2>&1; then
+    echo 0 >"$work/$1.rc"
+  else
+    echo 1 >"$work/$1.rc"
+  fi
+}
+report() { # target
+  echo "== $1: ${secs}s"
+  if [ "$(cat "$work/$1.rc")" != 0 ]; then
+    tail -60 "$work/$1.log" >&2
+    echo "fuzz.sh: $1 failed; its input is in fuzz/artifacts/$1/" >&2
     exit 1
   fi
-  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
-  rm -f "$log"
+  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$work/$1.log" || true
+}
+batch=""
+for t in $targets; do
+  run_target "$t" &
+  batch="$batch $t"
+  if [ "$(echo $batch | wc -w)" -ge "$jobs" ]; then
+    wait
+    for b in $batch; do report "$b"; done
+    batch=""
+  fi
 done
+wait
+for b in $batch; do report "$b"; done
 echo "fuzz.sh: every target ran ${secs}s without a failure"
