@@ -63,6 +63,12 @@ fn http_get(port: u16) -> String {
     }
 }
 
+/// A container named `web` serving `/index.html` ("served") on port 8080.
+fn web_server(e: &Env) -> pb::ContainerConfig {
+    let script = "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www";
+    e.config("web", &["sh", "-c", script])
+}
+
 /// The binary's state directories of crust's containers under `handler`.
 fn runtime_state(e: &Env, handler: &str) -> Vec<String> {
     Daemon::entries(&e.d.state.join("runtimes").join(handler))
@@ -251,19 +257,7 @@ async fn a_pod_runs_under(handler: &str) {
     );
 
     // Port-forward into the pod's network namespace, which the monitor holds.
-    let web = e
-        .run(
-            &pod,
-            e.config(
-                "web",
-                &[
-                    "sh",
-                    "-c",
-                    "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www",
-                ],
-            ),
-        )
-        .await;
+    let web = e.run(&pod, web_server(&e)).await;
     let local = free_port();
     let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
     let page = tokio::task::spawn_blocking(move || http_get(local))
@@ -412,19 +406,7 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
 
     // A second container joins the same sandbox: one sandbox process for the pod, and the
     // pod's network shared (the server answers on the sandbox's loopback).
-    let web = e
-        .run(
-            &pod,
-            e.config(
-                "web",
-                &[
-                    "sh",
-                    "-c",
-                    "mkdir -p /www && echo served > /www/index.html && exec httpd -f -p 8080 -h /www",
-                ],
-            ),
-        )
-        .await;
+    let web = e.run(&pod, web_server(&e)).await;
     wait_sh(
         &mut e,
         &main,

@@ -13,6 +13,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::task::JoinSet;
 
 use super::{PodConn, PodNetwork, dial};
+use crate::stream::spdy::conn::SendHalf;
 use crate::stream::spdy::frame::RstStatus;
 use crate::stream::spdy::splice::Pipe;
 use crate::stream::spdy::{Incoming, Stream};
@@ -164,16 +165,24 @@ async fn copy(data: Stream, tcp: TcpStream) -> std::io::Result<()> {
             while to_client.splice_from(from_pod.as_ref(), &mut pipe).await? > 0 {}
             return to_client.close().await;
         }
-        let mut buf = vec![0u8; READ_BYTES];
-        loop {
-            let n = from_pod.read(&mut buf).await?;
-            if n == 0 {
-                return to_client.close().await;
-            }
-            to_client.send(&buf[..n]).await?;
-        }
+        pod_to_client(&mut from_pod, &to_client).await
     };
     tokio::try_join!(up, down).map(drop)
+}
+
+/// Copies the pod's bytes to the client until the pod's side ends, then closes the stream.
+async fn pod_to_client(
+    from_pod: &mut (impl tokio::io::AsyncRead + Unpin),
+    to_client: &SendHalf,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; READ_BYTES];
+    loop {
+        let n = from_pod.read(&mut buf).await?;
+        if n == 0 {
+            return to_client.close().await;
+        }
+        to_client.send(&buf[..n]).await?;
+    }
 }
 
 /// Like `copy`, for a sandbox's stream (no splice: runsc's socket is a unix one).
@@ -189,16 +198,7 @@ async fn copy_stream(data: Stream, pod: tokio::net::UnixStream) -> std::io::Resu
         }
         to_pod.shutdown().await
     };
-    let down = async {
-        let mut buf = vec![0u8; READ_BYTES];
-        loop {
-            let n = from_pod.read(&mut buf).await?;
-            if n == 0 {
-                return to_client.close().await;
-            }
-            to_client.send(&buf[..n]).await?;
-        }
-    };
+    let down = pod_to_client(&mut from_pod, &to_client);
     tokio::try_join!(up, down).map(drop)
 }
 
