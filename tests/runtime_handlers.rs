@@ -43,6 +43,19 @@ async fn wait_logged(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str, 
     }
 }
 
+/// Waits until a record of the container's log contains `text` (10 s).
+async fn wait_log_holds(e: &Env, pod: &(String, pb::PodSandboxConfig), name: &str, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !e.log_records(pod, name).iter().any(|r| r.contains(text)) {
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} not in {name}'s log: {:?}",
+            e.log_records(pod, name)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The answer to `GET /index.html` on 127.0.0.1:`port`, asked until the server answers (10 s).
 fn http_get(port: u16) -> String {
     use std::io::{Read, Write};
@@ -230,19 +243,7 @@ async fn a_pod_runs_under(handler: &str) {
     let mut config = e.config("tty", &["sh", "-c", "tty; exec sleep 600"]);
     config.tty = true;
     let tty = e.run(&pod, config).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !e
-        .log_records(&pod, "tty")
-        .iter()
-        .any(|r| r.contains("/dev/pts/"))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            e.log_records(&pod, "tty")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_log_holds(&e, &pod, "tty", "/dev/pts/").await;
 
     // Attach with stdin to a shell that ends when its stdin does.
     let mut config = e.config("shell", &["sh"]);
@@ -368,19 +369,7 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
         )
         .await;
     wait_logged(&e, &pod, "main", "stdout F hello").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !e
-        .log_records(&pod, "main")
-        .iter()
-        .any(|r| r.contains("gVisor"))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{:?}",
-            e.log_records(&pod, "main")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_log_holds(&e, &pod, "main", "gVisor").await;
 
     // Exec, with its output and exit codes.
     assert_eq!(e.sh(&main, "echo in; id -u").await, "in\n0\n");
