@@ -359,6 +359,10 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
         line.contains("runsc version") && line.contains("a sandbox per pod"),
         "{line}"
     );
+    // runsc says it has user namespaces, but its gofer cannot join the pod's: Status says
+    // none for it, so kubelet sends it no hostUsers: false pod.
+    let features = handler_features(&mut e, "runsc").await;
+    assert!(!features.user_namespaces, "{features:?}");
     let pod = e.pod_under("gvisor", "runsc").await;
 
     // Output, under gVisor's kernel rather than the node's.

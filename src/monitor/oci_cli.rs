@@ -282,12 +282,20 @@ pub fn features(runtime: &OciRuntime) -> RuntimeFeatures {
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )),
-        Ok(out) => parse_features(&out.stdout).unwrap_or_else(|e| {
-            unknown(format!(
+        Ok(out) => match parse_features(&out.stdout) {
+            // runsc reports user namespaces with id-mapped mounts, but its gofer cannot join
+            // the pod's pinned one (setns: EINVAL at start): a pod with hostUsers: false is
+            // refused up front, and Status tells kubelet so.
+            Ok(f) if runtime.sandbox => RuntimeFeatures {
+                user_namespaces: false,
+                ..f
+            },
+            Ok(f) => f,
+            Err(e) => unknown(format!(
                 "{} features answered no JSON: {e}",
                 runtime.path.display()
-            ))
-        }),
+            )),
+        },
     }
 }
 
