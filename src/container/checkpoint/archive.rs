@@ -111,7 +111,7 @@ pub fn write(temp: &Path, c: &Contents) -> io::Result<()> {
         append_json(&mut tar, "deleted.files", &c.deleted)?;
     }
     if let Some(log) = c.record.log_path.as_deref().filter(|l| l.is_file()) {
-        tar.append_path_with_name(log, "container.log")?;
+        append_growing(&mut tar, log, "container.log")?;
     }
     let mut file = tar
         .into_inner()?
@@ -119,6 +119,19 @@ pub fn write(temp: &Path, c: &Contents) -> io::Result<()> {
         .map_err(io::IntoInnerError::into_error)?;
     file.flush()?;
     file.sync_all()
+}
+
+/// Appends a file that may grow while it is read (the CRI log: the monitor's relay writes it
+/// whether the container is frozen or not), as long as it was when opened: `tar`'s own
+/// `append_path` fails on a file whose size changes under it.
+fn append_growing<W: Write>(tar: &mut tar::Builder<W>, path: &Path, name: &str) -> io::Result<()> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata(&meta);
+    header.set_size(meta.len());
+    tar.append_data(&mut header, name, file.take(meta.len()))
 }
 
 fn append_images<W: Write>(tar: &mut tar::Builder<W>, dir: &Path) -> io::Result<()> {
