@@ -129,7 +129,7 @@ fn pod_trouble(pod: &PodFacts, timeline: &[Entry]) -> Option<Verdict> {
                 .rposition(|e| matches!(e.fact, Fact::MonitorDied { .. }));
             let problem = pod.problem.clone().unwrap_or_default();
             Some(match died {
-                Some(at) => verdict("monitor_died", monitor_died(name, &timeline[at..])),
+                Some(at) => verdict("monitor_died", monitor_died(name, timeline, at)),
                 None => verdict("not_ready", format!("pod {name} is not ready: {problem}")),
             })
         }
@@ -137,19 +137,27 @@ fn pod_trouble(pod: &PodFacts, timeline: &[Entry]) -> Option<Verdict> {
     }
 }
 
-/// The story of a pod whose monitor died: why, as far as is known, and the containers that
-/// ended with it (the exits recorded after the death, `since[0]`).
-fn monitor_died(name: &str, since: &[Entry]) -> String {
+/// The story of a pod whose monitor died (`timeline[at]`): why, as far as is known, and the
+/// containers that ended with it: the exits recorded after the death, and those recorded
+/// just before it that crust made for that death (the daemon records a container it kills
+/// for a dead monitor and the death itself from two tasks, in either order).
+fn monitor_died(name: &str, timeline: &[Entry], at: usize) -> String {
+    let since = &timeline[at..];
     let Some(Fact::MonitorDied { pid, cause }) = since.first().map(|e| &e.fact) else {
         return format!("pod {name} is not ready");
     };
+    let for_this_death = format!("the pod's monitor (pid {pid})");
+    let before = timeline[..at].iter().filter(|e| match &e.fact {
+        Fact::ContainerExited { exit, .. } => exit.message.contains(&for_this_death),
+        _ => false,
+    });
     let how = if cause.is_empty() {
         "exited"
     } else {
         cause.as_str()
     };
-    let took: Vec<&str> = since
-        .iter()
+    let took: Vec<&str> = before
+        .chain(since.iter())
         .filter_map(|e| match &e.fact {
             Fact::ContainerExited { name, .. } => Some(name.as_str()),
             _ => None,
