@@ -82,6 +82,15 @@ fn web_server(e: &Env) -> pb::ContainerConfig {
     e.config("web", &["sh", "-c", script])
 }
 
+/// The page `web_server` serves, fetched through `crictl port-forward` (SPDY) into pod `pod`.
+async fn forwarded_page(e: &Env, pod: &str) -> String {
+    let local = free_port();
+    let _forward = forward::crictl_forward(&e.d, pod, "spdy", local, 8080);
+    tokio::task::spawn_blocking(move || http_get(local))
+        .await
+        .unwrap()
+}
+
 /// The binary's state directories of crust's containers under `handler`.
 fn runtime_state(e: &Env, handler: &str) -> Vec<String> {
     Daemon::entries(&e.d.state.join("runtimes").join(handler))
@@ -259,11 +268,7 @@ async fn a_pod_runs_under(handler: &str) {
 
     // Port-forward into the pod's network namespace, which the monitor holds.
     let web = e.run(&pod, web_server(&e)).await;
-    let local = free_port();
-    let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
-    let page = tokio::task::spawn_blocking(move || http_get(local))
-        .await
-        .unwrap();
+    let page = forwarded_page(&e, &pod.0).await;
     assert!(page.ends_with("served\n"), "{page}");
 
     // Statistics from the container's cgroup.
@@ -408,11 +413,7 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
     )
     .await;
     // Port-forward reaches the server through the sandbox's network stack.
-    let local = free_port();
-    let _forward = forward::crictl_forward(&e.d, &pod.0, "spdy", local, 8080);
-    let page = tokio::task::spawn_blocking(move || http_get(local))
-        .await
-        .unwrap();
+    let page = forwarded_page(&e, &pod.0).await;
     assert!(page.ends_with("served\n"), "{page}");
     let sandboxes: Vec<String> = processes_naming(&root)
         .into_iter()
