@@ -295,6 +295,8 @@ YAML
   sleep 3
 }
 kubelet_stop() { kill "$KPID"; wait "$KPID" 2>/dev/null || true; }
+# kubelet_ticks: kubelet's own utime+stime (for scale: not the runtime's, not in its figures).
+kubelet_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$KPID/stat"; }
 
 # stage_pods PREFIX COUNT init|three: COUNT manifests in $K/staged, pods PREFIX1... of an init
 # and a main container, or of three main containers.
@@ -442,13 +444,16 @@ part_start() {
 
 # part_burst KEY GATES: BURST pods at once, then deleted.
 part_burst() {
+  local k0
   kubelet_start "$LABEL-$1" "$2"
   stage_pods b "$BURST" init
   cpu_mark "$1.before" start
+  k0=$(kubelet_ticks)
   release_pods
   wait_running "$BURST" 1 300 0.1 > "$K/ready"
   cpu_mark "$1.running" end
   {
+    echo "$1_kubelet_cpu $(awk -v a="$k0" -v b="$(kubelet_ticks)" -v hz="$HZ" 'BEGIN { printf "%.2f", (b - a) / hz }')"
     awk -v k="$1" '{ if ($1 == "wall") print k "_wall", $2; else { print k "_each_p50", $2; print k "_each_p95", $3 } }' "$K/ready"
     cpu_figures "$1" "$1.before" "$1.running"
     echo "$1_procs $(awk '$4 == "p"' "$W/cpu.$1.running.snap" | wc -l)"
@@ -462,6 +467,7 @@ part_burst() {
 }
 
 part_idle() {
+  local k0 k1
   kubelet_start "$LABEL-idle" ""
   stage_pods i "$IDLE_PODS" three
   release_pods
@@ -469,8 +475,10 @@ part_idle() {
   sleep "$IDLE_SETTLE"
   curl -s "http://127.0.0.1:$RO/metrics" > "$K/metrics.0"
   cpu_mark idle.0 start
+  k0=$(kubelet_ticks)
   sleep "$IDLE_SECONDS"
   cpu_mark idle.1 end
+  k1=$(kubelet_ticks)
   curl -s "http://127.0.0.1:$RO/metrics" > "$K/metrics.1"
   metrics_delta "$K/metrics.0" "$K/metrics.1" > "$K/metrics.window"
   {
@@ -479,6 +487,7 @@ part_idle() {
       print "idle_cpu_min_daemon", $2 * 60 / s; print "idle_cpu_min_daemon_children", $3 * 60 / s
       print "idle_cpu_min_pods", $4 * 60 / s }'
     echo "idle_procs $(awk '$4 == "p"' "$W/cpu.idle.1.snap" | wc -l)"
+    awk -v a="$k0" -v b="$k1" -v hz="$HZ" -v s="$IDLE_SECONDS" 'BEGIN { printf "idle_kubelet_cpu_min %.2f\n", (b - a) / hz * 60 / s }'
     histogram "$K/metrics.window" kubelet_pleg_relist_duration_seconds '' idle_relist |
       awk '$2 != "none" { print $1 "_p50", $2; print $1 "_p95", $3; print $1 "_n", $4 }'
     for op in list_podsandbox list_containers; do
@@ -564,6 +573,7 @@ burst_cpu_daemon|s|burst$BURST|  of it the daemon's own
 burst_cpu_daemon_children|s|burst$BURST|  of it the daemon's reaped children
 burst_cpu_pods|s|burst$BURST|  of it per-pod processes
 burst_procs|n|burst$BURST|per-pod processes counted
+burst_kubelet_cpu|s|burst$BURST|(kubelet's own CPU to all Running)
 burst_del_stop|ms|burst$BURST|delete: all stopped (wall)
 burst_del_stop_cpu|s|burst$BURST|delete: runtime CPU to all stopped
 burst_del_stop_cpu_daemon|s|burst$BURST|  of it the daemon's own
@@ -575,6 +585,7 @@ evented_wall|ms|evented$BURST|all pods Running (wall)
 evented_each_p50|ms|evented$BURST|each pod Running (polled) p50
 evented_each_p95|ms|evented$BURST|each pod Running (polled) p95
 evented_cpu|s|evented$BURST|runtime CPU to all Running
+evented_kubelet_cpu|s|evented$BURST|(kubelet's own CPU to all Running)
 evented_del_stop|ms|evented$BURST|delete: all stopped (wall)
 evented_del_stop_cpu|s|evented$BURST|delete: runtime CPU to all stopped
 idle_start_wall|ms|idle${IDLE_PODS}x3|all pods Running (wall, not idle)
@@ -583,6 +594,7 @@ idle_cpu_min_daemon|s|idle${IDLE_PODS}x3|  of it the daemon's own
 idle_cpu_min_daemon_children|s|idle${IDLE_PODS}x3|  of it the daemon's reaped children
 idle_cpu_min_pods|s|idle${IDLE_PODS}x3|  of it per-pod processes
 idle_procs|n|idle${IDLE_PODS}x3|per-pod processes counted
+idle_kubelet_cpu_min|s|idle${IDLE_PODS}x3|(kubelet's own CPU per minute)
 idle_relist_p50|ms|idle${IDLE_PODS}x3|kubelet PLEG relist p50
 idle_relist_p95|ms|idle${IDLE_PODS}x3|kubelet PLEG relist p95
 idle_relist_n|n|idle${IDLE_PODS}x3|kubelet PLEG relists in the window
