@@ -30,8 +30,9 @@ case $purpose in
   test) pkgs="$pkgs $serve $criu docker-registry busybox-static iproute2 iputils-ping jq util-linux apache2-utils openssl skopeo curl gcc libc6-dev procps containerd runc crun g++ bind9-dnsutils" ;;
   # Benchmarks compare with containerd: built from its Go module (hack/build-tools.sh), with
   # Debian's containerd as the fallback, runc from Debian either way; gcc builds the pause image;
-  # the kubelet benchmark reads kubelet's /pods with jq.
-  bench) pkgs="$pkgs $serve $criu docker-registry busybox-static containerd runc crun gcc libc6-dev curl python3 util-linux procps jq" ;;
+  # the kubelet benchmark reads kubelet's /pods with jq; the image benchmark's second containerd
+  # inflates layers through pigz's unpigz, as containerd does when it finds it.
+  bench) pkgs="$pkgs $serve $criu docker-registry busybox-static containerd runc crun gcc libc6-dev curl python3 util-linux procps jq pigz" ;;
   *) echo "usage: $0 build|run|test|bench" >&2; exit 2 ;;
 esac
 
