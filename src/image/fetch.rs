@@ -4,11 +4,12 @@
 //!
 //! Concurrency: one download per blob and one unpack per layer at a time across all pulls
 //! (`KeyedLocks`; a waiter finds the finished result), downloads bounded by the configured
-//! limit, unpacks by the CPU count. Layers of one image download in parallel and unpack in
-//! order, each on top of the layers below it (a directory a layer leaves out takes the lower
-//! layers' metadata, a whiteout is written only for what they show: see `lower.rs`), while
-//! the later ones still download. A layer's syncfs runs while the next one is extracted on top
-//! of its temporary tree; all are renamed into place at the end (`unpack_all`).
+//! limit, unpacks by the CPU count. Layers of one image download in parallel and are
+//! extracted side by side, each as soon as its blob is in and without the layers below it;
+//! what a layer needs from those (a directory it leaves out takes their metadata, a whiteout
+//! is written only for what they show: `store/deferred.rs`) is settled bottom first once they
+//! are complete. A layer's syncfs runs while the next one is settled; all are renamed into
+//! place at the end (`unpack_all`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use futures_util::future::try_join_all;
 use super::digest::{Digest, chain_ids};
 use super::registry::Session;
 use super::registry::manifest::{self, Descriptor, ImageConfig, Manifest};
-use super::store::content::{CommitError, Ingest};
+use super::store::content::{CommitError, Ingest, Verified};
 use super::store::records::{ImageRecord, LayerRef};
 use super::{Images, PullError, TaskFailed, local, off_thread};
 
@@ -107,9 +108,7 @@ impl Images {
             .flat_map(|l| [l.blob.clone(), l.chain_id.clone()])
             .collect();
         let _pins = self.pin(keys);
-        let downloads = try_join_all(m.layers.iter().map(|d| self.ensure_blob(src, d)));
-        let unpacks = self.unpack_all(src, m, &layers);
-        futures_util::future::try_join(downloads, unpacks).await?;
+        self.unpack_all(src, m, &layers).await?;
 
         let mut blobs = vec![c.manifest_digest.clone(), m.config.digest.clone()];
         self.put_small_blob(&c.manifest_digest, &c.manifest_bytes)
@@ -207,6 +206,45 @@ impl Images {
         if self.paths.has_blob(&desc.digest) {
             return Ok(());
         }
+        let verified = self.fetch_verified(src, desc).await?;
+        persist(verified, self.paths.blob(&desc.digest)).await?;
+        crate::failpoint!("image.pull.after_blob");
+        Ok(())
+    }
+
+    /// The blob of a layer to extract, opened: the stored one, or a download whose digest
+    /// holds and which is made durable and moved into place meanwhile, by the task returned
+    /// (it holds the blob's lock until then).
+    async fn layer_blob(
+        &self,
+        src: &Source<'_>,
+        desc: &Descriptor,
+    ) -> Result<(std::fs::File, Option<Persisting>), PullError> {
+        let lock = self.blob_locks.lock(&desc.digest).await;
+        let dest = self.paths.blob(&desc.digest);
+        if self.paths.has_blob(&desc.digest) {
+            let file = std::fs::File::open(&dest).map_err(local("opening", &dest))?;
+            return Ok((file, None));
+        }
+        let verified = self.fetch_verified(src, desc).await?;
+        let file = verified
+            .open()
+            .map_err(local("opening", &self.paths.ingest_dir()))?;
+        let persisting = tokio::spawn(async move {
+            let _lock = lock;
+            persist(verified, dest).await?;
+            crate::failpoint!("image.pull.after_blob");
+            Ok(())
+        });
+        Ok((file, Some(persisting)))
+    }
+
+    /// Downloads or copies the blob `desc` under `ingest/` and checks its size and digest.
+    async fn fetch_verified(
+        &self,
+        src: &Source<'_>,
+        desc: &Descriptor,
+    ) -> Result<Verified, PullError> {
         let size = u64::try_from(desc.size).ok();
         self.settings
             .reserve
@@ -229,18 +267,20 @@ impl Images {
                 off_thread("copying a blob", move || copy_file(&path, ingest)).await?
             }
         };
-        let fetched = started.elapsed();
-        self.commit_ingest(ingest, &desc.digest, size, &what)
-            .await?;
+        let (d, dest) = (desc.digest.clone(), self.paths.blob(&desc.digest));
+        let verified = off_thread("verifying a blob", move || {
+            ingest
+                .verify(&d, size)
+                .map_err(|e| commit_error(e, what, dest))
+        })
+        .await?;
         tracing::debug!(
             blob = %desc.digest.short(),
             size = desc.size,
-            fetch_ms = fetched.as_millis() as u64,
-            commit_ms = (started.elapsed() - fetched).as_millis() as u64,
-            "blob stored"
+            fetch_ms = started.elapsed().as_millis() as u64,
+            "blob fetched"
         );
-        crate::failpoint!("image.pull.after_blob");
-        Ok(())
+        Ok(verified)
     }
 
     async fn commit_ingest(
@@ -252,62 +292,59 @@ impl Images {
     ) -> Result<(), PullError> {
         let dest = self.paths.blob(digest);
         let (d, what) = (digest.clone(), what.to_owned());
-        let res = off_thread("storing a blob", move || {
-            Ok::<_, PullError>(ingest.commit(&d, size, &dest))
+        off_thread("storing a blob", move || {
+            ingest
+                .commit(&d, size, &dest)
+                .map_err(|e| commit_error(e, what, dest))
         })
-        .await?;
-        res.map_err(|e| match e {
-            CommitError::Digest { expected, actual } => PullError::DigestMismatch {
-                what,
-                expected: expected.to_string(),
-                actual: actual.to_string(),
-            },
-            CommitError::Size { expected, actual } => PullError::SizeMismatch {
-                what,
-                expected,
-                actual,
-            },
-            CommitError::Io(source) => PullError::Local {
-                what: "storing",
-                path: self.paths.blob(digest),
-                source,
-            },
-        })
+        .await
     }
 
-    /// Unpacks the layers of `m` bottom first, each on top of those below it. A layer's data
-    /// goes to disk (syncfs, on another thread) while the next one is extracted on top of its
-    /// temporary tree; the layers are sealed (renamed into place) bottom first once the last
-    /// one is extracted, so no tree a later layer reads moves under it.
+    /// Unpacks the layers of `m` that are not unpacked yet. Each is extracted on its own as
+    /// soon as its blob is in (up to `unpacks` at once, across pulls), without its lower
+    /// layers; then, bottom first, each is settled against the layers below it
+    /// (`store/deferred.rs`) and its data sent to disk while the next is settled; all are
+    /// sealed (renamed into place) bottom first at the end, so no tree a layer above reads
+    /// moves under it.
     async fn unpack_all(
         &self,
         src: &Source<'_>,
         m: &Manifest,
         layers: &[LayerRef],
     ) -> Result<(), PullError> {
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut result = Ok(());
-        for (i, (desc, layer)) in m.layers.iter().zip(layers).enumerate() {
-            let lowers = layers[..i]
-                .iter()
-                .rev()
-                .map(
-                    |b| match pending.iter().find(|p| p.chain_id == b.chain_id) {
-                        Some(p) => p.extracted.fs(),
-                        None => self.paths.layer_fs(&b.chain_id),
-                    },
-                )
-                .collect();
-            match self.extract_layer(src, desc, layer, lowers).await {
-                Ok(Some(p)) => pending.push(p),
-                Ok(None) => {}
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+        // Every pull takes the locks of its chain bottom first and a chain id names all the
+        // layers below it, so two pulls sharing layers take their locks in one order.
+        let mut extracting = futures_util::stream::FuturesOrdered::new();
+        let mut present = Vec::new();
+        for (desc, layer) in m.layers.iter().zip(layers) {
+            let lock = self.layer_locks.lock(&layer.chain_id).await;
+            let dir = self.paths.layer_dir(&layer.chain_id);
+            if super::store::unpack::read_meta(&dir).is_none() {
+                extracting.push_back(self.extract_layer(src, desc, layer, lock));
+            } else {
+                present.push(self.ensure_blob(src, desc)); // the record lists every blob
             }
         }
-        // Sealed even after a failure above them: a retry finds these layers done.
+        let settle_all = async {
+            let mut pending: Vec<Pending> = Vec::new();
+            while let Some(next) = extracting.next().await {
+                let settled = match next {
+                    Ok(x) => self.settle(x, layers, &pending).await,
+                    Err(e) => Err(e),
+                };
+                match settled {
+                    Ok(p) => pending.push(p),
+                    Err(e) => return (pending, Err(e)),
+                }
+            }
+            (pending, Ok(()))
+        };
+        let (stored, (pending, mut result)) =
+            futures_util::future::join(try_join_all(present), settle_all).await;
+        result = result.and(stored.map(drop));
+        // Those above a failure are removed unsettled; those below it are sealed, so a retry
+        // finds them done.
+        drop(extracting);
         for p in pending {
             let sealed = self.seal(p).await;
             result = result.and(sealed);
@@ -315,22 +352,16 @@ impl Images {
         result
     }
 
-    /// Extracts the layer (fetching its blob first if needed) on top of `lowers` (topmost
-    /// first) and starts its sync; None if it is unpacked already. What it returns holds the
-    /// layer's lock until sealed.
+    /// Extracts the layer (fetching its blob first if needed) without its lower layers. What it
+    /// returns holds the layer's lock until sealed.
     async fn extract_layer(
         &self,
         src: &Source<'_>,
         desc: &Descriptor,
         layer: &LayerRef,
-        lowers: Vec<PathBuf>,
-    ) -> Result<Option<Pending>, PullError> {
-        let lock = self.layer_locks.lock(&layer.chain_id).await;
-        let dir = self.paths.layer_dir(&layer.chain_id);
-        if super::store::unpack::read_meta(&dir).is_some() {
-            return Ok(None);
-        }
-        self.ensure_blob(src, desc).await?;
+        lock: tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<Extracting, PullError> {
+        let (file, persisting) = self.layer_blob(src, desc).await?;
         let _permit = self
             .unpacks
             .acquire()
@@ -340,29 +371,74 @@ impl Images {
         let reserve = self.settings.reserve;
         let blob = layer.blob.clone();
         let extracted = off_thread("unpacking a layer", move || {
-            super::store::unpack::extract(
-                &paths,
-                &paths.blob(&l.blob),
-                &l.diff_id,
-                &l.chain_id,
-                &lowers,
-                reserve,
+            super::store::unpack::extract(&paths, file, &l.diff_id, &l.chain_id, reserve)
+                .map_err(|error| PullError::Layer { blob, error })
+        })
+        .await?;
+        Ok(Extracting {
+            lock,
+            chain_id: layer.chain_id.clone(),
+            blob: layer.blob.clone(),
+            persisting,
+            extracted,
+        })
+    }
+
+    /// Completes an extracted layer against the layers below it (`pending` holds those not yet
+    /// sealed) and starts its sync.
+    async fn settle(
+        &self,
+        x: Extracting,
+        layers: &[LayerRef],
+        pending: &[Pending],
+    ) -> Result<Pending, PullError> {
+        let at = layers
+            .iter()
+            .position(|l| l.chain_id == x.chain_id)
+            .unwrap_or(layers.len());
+        let lowers: Vec<PathBuf> = layers[..at]
+            .iter()
+            .rev()
+            .map(
+                |b| match pending.iter().find(|p| p.chain_id == b.chain_id) {
+                    Some(p) => p.extracted.fs(),
+                    None => self.paths.layer_fs(&b.chain_id),
+                },
             )
-            .map_err(|error| PullError::Layer { blob, error })
+            .collect();
+        let Extracting {
+            lock,
+            chain_id,
+            blob,
+            persisting,
+            mut extracted,
+        } = x;
+        let b = blob.clone();
+        let extracted = off_thread("settling a layer", move || {
+            extracted
+                .settle(&lowers)
+                .map(|()| extracted)
+                .map_err(|error| PullError::Layer { blob: b, error })
         })
         .await?;
         let sync = tokio::task::spawn_blocking(extracted.syncer());
-        Ok(Some(Pending {
+        Ok(Pending {
             _lock: lock,
-            chain_id: layer.chain_id.clone(),
-            blob: layer.blob.clone(),
+            chain_id,
+            blob,
+            persisting,
             extracted,
             sync,
-        }))
+        })
     }
 
     /// Renames an extracted layer into place once its data is on disk.
     async fn seal(&self, p: Pending) -> Result<(), PullError> {
+        if let Some(persisting) = p.persisting {
+            persisting
+                .await
+                .map_err(|e| PullError::from(TaskFailed(format!("storing a blob: {e}"))))??;
+        }
         let blob = p.blob.clone();
         let layer_error = move |error| PullError::Layer { blob, error };
         let synced = p
@@ -380,14 +456,62 @@ impl Images {
     }
 }
 
-/// A layer extracted and syncing, not yet in place; holds its lock (a concurrent pull of the
-/// same layer waits, then finds it done).
+/// A layer extracted without its lower layers; holds its lock (a concurrent pull of the same
+/// layer waits, then finds it done).
+struct Extracting {
+    lock: tokio::sync::OwnedMutexGuard<()>,
+    chain_id: Digest,
+    blob: Digest,
+    persisting: Option<Persisting>,
+    extracted: super::store::unpack::Extracted,
+}
+
+/// A verified download being made durable and moved into place.
+type Persisting = tokio::task::JoinHandle<Result<(), PullError>>;
+
+/// A layer settled and syncing, not yet in place; holds its lock.
 struct Pending {
     _lock: tokio::sync::OwnedMutexGuard<()>,
     chain_id: Digest,
     blob: Digest,
+    persisting: Option<Persisting>,
     extracted: super::store::unpack::Extracted,
     sync: tokio::task::JoinHandle<super::store::unpack::Synced>,
+}
+
+/// Makes a verified blob durable and moves it to `dest`.
+async fn persist(verified: Verified, dest: PathBuf) -> Result<(), PullError> {
+    let started = std::time::Instant::now();
+    let path = dest.clone();
+    off_thread("storing a blob", move || {
+        verified
+            .persist(&dest)
+            .map_err(|e| local("storing", &dest)(e))
+    })
+    .await?;
+    tracing::debug!(blob = %path.display(), persist_ms = started.elapsed().as_millis() as u64, "blob stored");
+    Ok(())
+}
+
+/// What a failed verification or commit of `what` (going to `dest`) is to the client.
+fn commit_error(e: CommitError, what: String, dest: PathBuf) -> PullError {
+    match e {
+        CommitError::Digest { expected, actual } => PullError::DigestMismatch {
+            what,
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        },
+        CommitError::Size { expected, actual } => PullError::SizeMismatch {
+            what,
+            expected,
+            actual,
+        },
+        CommitError::Io(source) => PullError::Local {
+            what: "storing",
+            path: dest,
+            source,
+        },
+    }
 }
 
 /// Below glibc's default mmap threshold (128 KiB): a larger buffer, freed, raises that

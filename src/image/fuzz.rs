@@ -7,7 +7,7 @@ use super::registry::manifest::{self, Document, Platform};
 use super::registry::reference::ImageRef;
 use super::store::lower::Lowers;
 use super::store::space::Reserve;
-use super::store::unpack::extract_tar;
+use super::store::unpack::{Below, extract_tar};
 
 /// An image reference: parsing never panics, and what parses prints as itself normalised.
 pub fn reference(s: &str) {
@@ -35,7 +35,14 @@ pub fn manifest(bytes: &[u8], content_type: Option<&str>) {
 pub fn extract(bytes: &[u8], dir: &Path) {
     let layer = dir.join("layer");
     std::fs::create_dir(&layer).expect("a fresh layer directory");
-    let _ = extract_tar(bytes, &layer, Lowers::default(), None, Reserve::new(0), dir);
+    let _ = extract_tar(
+        bytes,
+        &layer,
+        Below::Ready(Lowers::default()),
+        None,
+        Reserve::new(0),
+        dir,
+    );
     let outside: Vec<_> = std::fs::read_dir(dir)
         .expect("the fuzz directory")
         .filter_map(Result::ok)

@@ -16,6 +16,7 @@ use super::registry::manifest::{
     self, Descriptor, Document, Manifest, ManifestError, Resolved, parse_document, parse_manifest,
 };
 use super::registry::reference::ImageRef;
+use super::store::unpack::Below;
 use super::{ImageError, ImageRecord, Images, PullError, UnpackError};
 
 #[derive(Debug, thiserror::Error)]
@@ -107,11 +108,12 @@ impl Images {
             super::store::unpack::extract_tar(
                 file,
                 &dir,
-                super::store::lower::Lowers::default(),
+                Below::Ready(super::store::lower::Lowers::default()),
                 None,
                 reserve,
                 &ingest,
             )
+            .map(drop)
             .map_err(ImportError::from)
         })
         .await?;

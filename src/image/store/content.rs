@@ -218,12 +218,21 @@ impl Ingest {
 
     /// Verifies size and digest, makes the data durable and moves it to `dest`. Blocking.
     pub fn commit(
-        mut self,
+        self,
         expected: &Digest,
         size: Option<u64>,
         dest: &Path,
     ) -> Result<(), CommitError> {
-        let file = self.file.take().expect("ingest file present until commit");
+        Ok(self.verify(expected, size)?.persist(dest)?)
+    }
+
+    /// Verifies size and digest and hands the data to the file (not yet to the disk): what
+    /// it returns can be read while it is made durable and moved into place. Blocking.
+    pub fn verify(mut self, expected: &Digest, size: Option<u64>) -> Result<Verified, CommitError> {
+        let file = self
+            .file
+            .take()
+            .expect("ingest file present until verified");
         if let Some(expected) = size {
             if expected != self.size {
                 return Err(CommitError::Size {
@@ -241,9 +250,33 @@ impl Ingest {
             });
         }
         let file = file.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
+        Ok(Verified {
+            path: std::mem::take(&mut self.path),
+            file: Some(file),
+        })
+    }
+}
+
+/// A blob whose digest holds, still under `ingest/` and maybe not on disk; dropped before
+/// [`Verified::persist`], it is deleted.
+pub struct Verified {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl Verified {
+    /// The blob, opened for reading from its start.
+    pub fn open(&self) -> io::Result<File> {
+        File::open(&self.path)
+    }
+
+    /// Makes the data durable and moves it to `dest`. Blocking.
+    pub fn persist(mut self, dest: &Path) -> io::Result<()> {
+        if let Some(file) = self.file.take() {
+            file.sync_all()?;
+        }
         crate::durable::rename(&self.path, dest)?;
+        self.path = PathBuf::new();
         if let Some(dir) = dest.parent() {
             File::open(dir)?.sync_all()?;
         }
@@ -251,10 +284,20 @@ impl Ingest {
     }
 }
 
+impl Drop for Verified {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = crate::durable::remove_file(&self.path);
+        }
+    }
+}
+
 impl Drop for Ingest {
     fn drop(&mut self) {
-        // Committed ingests were renamed away; this only removes abandoned ones.
-        let _ = crate::durable::remove_file(&self.path);
+        // Verified ingests handed their file on; this only removes abandoned ones.
+        if !self.path.as_os_str().is_empty() {
+            let _ = crate::durable::remove_file(&self.path);
+        }
     }
 }
 

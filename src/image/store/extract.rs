@@ -33,6 +33,7 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
+use super::deferred::Deferred;
 use super::lower::{Lowers, Shown};
 use super::sparse::{Sparse, SparseFail, SparseRecords};
 use super::unpack_error::UnpackError;
@@ -61,6 +62,9 @@ struct Meta {
 pub struct Extractor {
     root: OwnedFd,
     lowers: Lowers,
+    /// Set when the lower layers are not there yet: what would read them is noted here
+    /// instead (`deferred.rs`).
+    deferred: Option<Deferred>,
     /// The last parent directory opened, by its cleaned path (tars are sorted, so consecutive
     /// entries usually share it). Dropped whenever anything is removed.
     parent_cache: Option<(PathBuf, OwnedFd)>,
@@ -125,12 +129,21 @@ impl Extractor {
         Extractor {
             root,
             lowers,
+            deferred: None,
             parent_cache: None,
             dir_times: HashMap::new(),
             dir_times_bytes: 0,
             dir_times_limit: MAX_DIR_TIMES_BYTES,
             buf: vec![0u8; 64 << 10],
         }
+    }
+
+    /// An extractor into the empty directory `root` whose lower layers are not complete yet:
+    /// [`Extractor::finish`] returns what to decide once they are.
+    pub fn deferring(root: OwnedFd) -> Extractor {
+        let mut e = Extractor::new(root, Lowers::default());
+        e.deferred = Some(Deferred::default());
+        e
     }
 
     /// Applies one tar entry.
@@ -216,8 +229,9 @@ impl Extractor {
         self
     }
 
-    /// Sets directory mtimes (each directory's last entry's). Call after the last entry.
-    pub fn finish(mut self) -> Result<(), UnpackError> {
+    /// Sets directory mtimes (each directory's last entry's). Call after the last entry. Returns
+    /// what is left to decide against the lower layers (nothing unless `deferring`).
+    pub fn finish(mut self) -> Result<Deferred, UnpackError> {
         self.parent_cache = None;
         for (path, mtime) in &self.dir_times {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -230,6 +244,20 @@ impl Extractor {
                 last_modification: *mtime,
             };
             rfs::futimens(&fd, &t).map_err(fs_err("setting times of", path))?;
+        }
+        Ok(self.deferred.take().unwrap_or_default())
+    }
+
+    /// Bounds what is remembered until the end of the layer against hostile tars.
+    fn bookkeeping_fits(&self) -> Result<(), UnpackError> {
+        let deferred = self.deferred.as_ref().map_or(0, Deferred::bytes);
+        if self.dir_times_bytes + deferred > self.dir_times_limit {
+            return Err(UnpackError::Limit {
+                what: format!(
+                    "more directories and whiteouts than {} MiB of paths can list",
+                    self.dir_times_limit >> 20
+                ),
+            });
         }
         Ok(())
     }
@@ -253,6 +281,10 @@ impl Extractor {
             Ok(_) => return Ok(()), // this layer's own entry already hides whatever is below
             Err(Errno::NOENT) => {}
             Err(e) => return Err(fs_err("stat", target)(e)),
+        }
+        if let Some(deferred) = self.deferred.as_mut() {
+            deferred.whiteout(target.to_owned());
+            return self.bookkeeping_fits();
         }
         let comps: Vec<OsString> = target.iter().map(OsStr::to_owned).collect();
         match self.lowers.lookup(&comps) {
@@ -294,16 +326,12 @@ impl Extractor {
         let fd = rfs::openat(parent, name, flags, Mode::empty())
             .map_err(fs_err("opening directory", path))?;
         apply_fd_meta(&fd, meta, path)?;
+        if let Some(deferred) = self.deferred.as_mut() {
+            deferred.dir_listed(path);
+        }
         if self.dir_times.insert(path.to_owned(), meta.mtime).is_none() {
             self.dir_times_bytes += path.as_os_str().len() + DIR_TIME_OVERHEAD;
-            if self.dir_times_bytes > self.dir_times_limit {
-                return Err(UnpackError::Limit {
-                    what: format!(
-                        "more directories than {} MiB of paths can list",
-                        self.dir_times_limit >> 20
-                    ),
-                });
-            }
+            self.bookkeeping_fits()?;
         }
         Ok(())
     }
@@ -427,7 +455,7 @@ impl Extractor {
         rfs::openat2(&self.root, &key, flags, Mode::empty(), in_root())
     }
 
-    fn open_dir(&self, comps: &[OsString], raw: &Path) -> Result<OwnedFd, UnpackError> {
+    fn open_dir(&mut self, comps: &[OsString], raw: &Path) -> Result<OwnedFd, UnpackError> {
         self.open_or_create_dir(comps, raw, 0)
     }
 
@@ -435,7 +463,7 @@ impl Extractor {
     /// that is a symlink to a missing directory is followed the way RESOLVE_IN_ROOT would
     /// (inside the root, `..` stopping at it) and its target created.
     fn open_or_create_dir(
-        &self,
+        &mut self,
         comps: &[OsString],
         raw: &Path,
         depth: u32,
@@ -485,7 +513,12 @@ impl Extractor {
 impl Extractor {
     /// Gives a directory made for an entry's parent what the lower layers show at its path
     /// (owner, mode, xattrs), or 0755 root-owned when they show no directory there.
-    fn copy_up(&self, comps: &[OsString], fd: &OwnedFd, raw: &Path) -> Result<(), UnpackError> {
+    fn copy_up(&mut self, comps: &[OsString], fd: &OwnedFd, raw: &Path) -> Result<(), UnpackError> {
+        if let Some(deferred) = self.deferred.as_mut() {
+            rfs::fchmod(fd, Mode::from_raw_mode(0o755)).map_err(fs_err("chmod", raw))?;
+            deferred.parent_made(comps.iter().collect());
+            return self.bookkeeping_fits();
+        }
         let err = |e| fs_err("copying up the lower layers' parent of", raw)(e);
         match self.lowers.lookup(comps).map_err(err)? {
             Shown::Dir(src, st) => super::lower::copy_up(&src, &st, fd).map_err(err),

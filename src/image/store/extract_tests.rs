@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::lower::Lowers;
 use super::space::Reserve;
-use super::unpack::{UnpackError, extract_tar};
+use super::unpack::{Below, UnpackError, extract_tar};
 use crate::image::digest::Digest;
 
 /// One hand-made tar entry: the raw name and type byte go into the header as they are.
@@ -102,7 +102,9 @@ fn tar(entries: Vec<E>) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-/// Extracts `layers` in order, each on top of the ones before, into `<tmp>/<n>`.
+/// Extracts `layers` in order, each on top of the ones before, into `<tmp>/<n>`; and again
+/// as a pull does, each on its own and settled afterwards against the ones below it, which
+/// must give the same trees.
 fn extract_layers(
     layers: &[Vec<u8>],
 ) -> (tempfile::TempDir, Vec<PathBuf>, Result<(), UnpackError>) {
@@ -114,24 +116,121 @@ fn extract_layers(
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut result = Ok(());
     for (i, t) in layers.iter().enumerate() {
-        let d = tmp.path().join(i.to_string());
-        fs::create_dir(&d).unwrap();
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        let d = layer_dir(tmp.path(), &i.to_string());
         let lowers = Lowers::new(dirs.iter().rev().cloned().collect());
         result = extract_tar(
             &t[..],
             &d,
-            lowers,
+            Below::Ready(lowers),
             Some(&Digest::of(t)),
             Reserve::new(0),
             Path::new("/"),
-        );
+        )
+        .map(|deferred| assert!(deferred.is_empty()));
         dirs.push(d);
         if result.is_err() {
             break;
         }
     }
+    let side_by_side = extract_side_by_side(tmp.path(), layers);
+    match (&result, side_by_side) {
+        (Ok(()), Ok(settled)) => {
+            for (one, other) in dirs.iter().zip(&settled) {
+                assert_eq!(tree(one), tree(other), "{one:?} against {other:?}");
+            }
+        }
+        (Err(_), Err(_)) => {}
+        (r, s) => panic!("on top of each other: {r:?}; side by side: {s:?}"),
+    }
     (tmp, dirs, result)
+}
+
+fn layer_dir(tmp: &Path, name: &str) -> PathBuf {
+    let d = tmp.join(name);
+    fs::create_dir(&d).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// Every layer extracted without its lower layers, then settled bottom first.
+fn extract_side_by_side(tmp: &Path, layers: &[Vec<u8>]) -> Result<Vec<PathBuf>, UnpackError> {
+    let mut extracted = Vec::new();
+    for (i, t) in layers.iter().enumerate() {
+        let d = layer_dir(tmp, &format!("apart-{i}"));
+        let deferred = extract_tar(
+            &t[..],
+            &d,
+            Below::Later,
+            Some(&Digest::of(t)),
+            Reserve::new(0),
+            Path::new("/"),
+        )?;
+        extracted.push((d, deferred));
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (d, deferred) in extracted {
+        deferred.settle(&d, &Lowers::new(dirs.iter().rev().cloned().collect()))?;
+        dirs.push(d);
+    }
+    Ok(dirs)
+}
+
+/// Everything a reader of a layer sees, by path: type, mode, owner, size, content, link
+/// target, device, xattrs, and times but those a directory gets from the clock.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    // The tars' times are years old; a directory's time from the clock is today's.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    while let Some(p) = stack.pop() {
+        let m = fs::symlink_metadata(&p).unwrap();
+        let mut list = vec![0u8; 4096];
+        let n = rustix::fs::llistxattr(&p, &mut list[..]).unwrap_or(0);
+        let mut names: Vec<Vec<u8>> = list[..n]
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        names.sort();
+        let xattrs: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let n = String::from_utf8_lossy(n).into_owned();
+                format!("{n}={:?}", xattr(&p, &n))
+            })
+            .collect();
+        let content = if m.is_file() {
+            format!("{:?}", Digest::of(&fs::read(&p).unwrap()))
+        } else if m.file_type().is_symlink() {
+            format!("{:?}", fs::read_link(&p).unwrap())
+        } else {
+            String::new()
+        };
+        let mtime = if m.is_dir() && m.mtime() > now - 86_400 {
+            0
+        } else {
+            m.mtime()
+        };
+        out.push(format!(
+            "{:?} mode={:o} {}:{} size={} rdev={} mtime={mtime} {content} {xattrs:?}",
+            p.strip_prefix(root).unwrap(),
+            m.mode(),
+            m.uid(),
+            m.gid(),
+            if m.is_dir() { 0 } else { m.size() },
+            m.rdev(),
+        ));
+        if m.is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {

@@ -123,6 +123,12 @@ pub fn copy_up(src: &OwnedFd, st: &Stat, dst: &OwnedFd) -> Result<(), Errno> {
         Some(rfs::Gid::from_raw_unchecked(st.st_gid)),
     )?;
     rfs::fchmod(dst, Mode::from_raw_mode(st.st_mode & 0o7777))?;
+    copy_xattrs(src, dst, false)
+}
+
+/// Copies the xattrs of `src` but `trusted.*` onto `dst`; with `missing_only`, only those
+/// `dst` does not have (what a tar entry set itself stays).
+pub fn copy_xattrs(src: &OwnedFd, dst: &OwnedFd, missing_only: bool) -> Result<(), Errno> {
     let len = match rfs::flistxattr_query(src) {
         Ok(n) => n,
         Err(Errno::NOTSUP) => return Ok(()),
@@ -138,6 +144,9 @@ pub fn copy_up(src: &OwnedFd, st: &Stat, dst: &OwnedFd) -> Result<(), Errno> {
             continue;
         }
         let name = OsStr::from_bytes(name);
+        if missing_only && rfs::fgetxattr_query(dst, name).is_ok() {
+            continue;
+        }
         let size = match rfs::fgetxattr_query(src, name) {
             Ok(s) => s,
             Err(Errno::NODATA) => continue,

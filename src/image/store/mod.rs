@@ -1,7 +1,8 @@
 //! The image store under `<root>/images`: verified content by digest (`content.rs`, which also
 //! lays out the directories), image records (`records.rs`), layers unpacked as overlayfs
 //! lowerdirs (`unpack.rs` drives `extract.rs`, which reads the lower layers through
-//! `lower.rs`, GNU sparse files through `sparse.rs`, and the tar's block structure through
+//! `lower.rs`, or leaves what needs them to `deferred.rs` when they are still being
+//! extracted, GNU sparse files through `sparse.rs`, and the tar's block structure through
 //! `tar_bounds.rs`), and the free-space reserve (`space.rs`).
 //!
 //! # Concurrency rules
@@ -39,6 +40,7 @@
 //!    never held while taking `commit_lock`.
 
 pub mod content;
+pub mod deferred;
 pub mod extract;
 #[cfg(test)]
 mod extract_tests;

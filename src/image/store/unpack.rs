@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::content::{StorePaths, remove_tree};
+use super::deferred::Deferred;
 use super::extract::Extractor;
 use super::lower::Lowers;
 use super::space::{Guarded, Reserve, Tripped};
@@ -55,15 +56,28 @@ impl Drop for TmpDir {
     }
 }
 
-/// A layer extracted and measured under its temporary name (`layers/.tmp-*`), not yet durable
-/// nor visible: [`Extracted::seal`] makes it both. Dropped unsealed, it is removed. Until then
-/// the layer above it can be extracted on top of [`Extracted::fs`] while this one's data goes
-/// to disk.
+/// The layers below the one being extracted.
+pub enum Below {
+    /// Complete: read as the extraction goes.
+    Ready(Lowers),
+    /// Not complete yet: what would read them is returned, to settle once they are.
+    Later,
+}
+
+/// A layer extracted under its temporary name (`layers/.tmp-*`) without its lower layers, not
+/// yet settled, durable nor visible: [`Extracted::settle`] completes it against them,
+/// [`Extracted::seal`] makes it durable and visible. Dropped unsealed, it is removed. Once
+/// settled it is a lower layer for the one above ([`Extracted::fs`]) while its data goes to
+/// disk.
 pub struct Extracted {
     tmp: TmpDir,
     dest: PathBuf,
     layers_dir: PathBuf,
-    meta: LayerMeta,
+    chain_id: Digest,
+    diff_id: Digest,
+    deferred: Deferred,
+    /// Set by `settle`.
+    meta: Option<LayerMeta>,
 }
 
 /// Unpacks `blob` as the layer `chain_id` on top of the unpacked layers `lowers` (its chain's
@@ -80,19 +94,20 @@ pub fn unpack(
     if let Some(meta) = read_meta(&paths.layer_dir(chain_id)) {
         return Ok(meta);
     }
-    let extracted = extract(paths, blob, diff_id, chain_id, lowers, reserve)?;
+    let blob = File::open(blob).map_err(fs_err("opening", blob))?;
+    let mut extracted = extract(paths, blob, diff_id, chain_id, reserve)?;
+    extracted.settle(lowers)?;
     let synced = extracted.syncer()();
     extracted.seal(synced)
 }
 
-/// Extracts `blob` as the layer `chain_id` under a temporary name, on top of `lowers` (the
-/// layers below, topmost first: unpacked, or extracted and not yet sealed). Blocking.
+/// Extracts `blob` (read from its start) as the layer `chain_id` under a temporary name,
+/// without its lower layers (see [`Extracted::settle`]). Blocking.
 pub fn extract(
     paths: &StorePaths,
-    blob: &Path,
+    blob: File,
     diff_id: &Digest,
     chain_id: &Digest,
-    lowers: &[PathBuf],
     reserve: Reserve,
 ) -> Result<Extracted, UnpackError> {
     let dest = paths.layer_dir(chain_id);
@@ -109,32 +124,18 @@ pub fn extract(
     // skipped): 0755 whatever the daemon's umask.
     fs::set_permissions(&fs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .map_err(fs_err("chmod", &fs_dir))?;
-    let file = File::open(blob).map_err(fs_err("opening", blob))?;
     let started = std::time::Instant::now();
-    let lowers = Lowers::new(lowers.to_vec());
-    extract_tar(
-        file,
+    let deferred = extract_tar(
+        blob,
         &fs_dir,
-        lowers,
+        Below::Later,
         Some(diff_id),
         reserve,
         &paths.layers_dir(),
     )?;
-    let (bytes, inodes) =
-        crate::stats::disk_usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
-    let meta = LayerMeta {
-        chain_id: Some(chain_id.clone()),
-        diff_id: Some(diff_id.clone()),
-        bytes,
-        inodes,
-    };
-    let json = serde_json::to_vec(&meta).expect("layer meta serializes");
-    crate::durable::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
     // Where a slow pull's time goes, for whoever reads the debug log.
     tracing::debug!(
         layer = %chain_id.short(),
-        bytes,
-        inodes,
         extract_ms = started.elapsed().as_millis() as u64,
         "layer extracted"
     );
@@ -142,7 +143,10 @@ pub fn extract(
         tmp: guard,
         dest,
         layers_dir: paths.layers_dir(),
-        meta,
+        chain_id: chain_id.clone(),
+        diff_id: diff_id.clone(),
+        deferred,
+        meta: None,
     })
 }
 
@@ -153,6 +157,28 @@ impl Extracted {
     /// The layer's tree, for the layer above to read as a lower while this one is unsealed.
     pub fn fs(&self) -> PathBuf {
         self.tmp.0.as_ref().expect("unsealed").join("fs")
+    }
+
+    /// Completes the layer against `lowers` (the complete layers below it, topmost first:
+    /// sealed, or settled and not yet sealed), measures it and writes its `layer.json`.
+    /// Blocking.
+    pub fn settle(&mut self, lowers: &[PathBuf]) -> Result<(), UnpackError> {
+        let fs_dir = self.fs();
+        let tmp = self.tmp.0.clone().expect("unsealed");
+        self.deferred
+            .settle(&fs_dir, &Lowers::new(lowers.to_vec()))?;
+        let (bytes, inodes) =
+            crate::stats::disk_usage(&fs_dir).map_err(fs_err("measuring", &fs_dir))?;
+        let meta = LayerMeta {
+            chain_id: Some(self.chain_id.clone()),
+            diff_id: Some(self.diff_id.clone()),
+            bytes,
+            inodes,
+        };
+        let json = serde_json::to_vec(&meta).expect("layer meta serializes");
+        crate::durable::write(meta_path(&tmp), json).map_err(fs_err("writing", &tmp))?;
+        self.meta = Some(meta);
+        Ok(())
     }
 
     /// What makes the layer's data durable, to run on any thread: blocking, and the slow part
@@ -180,7 +206,7 @@ impl Extracted {
             // Another unpack of the same layer finished first; both are verified, keep theirs.
             Err(e) if self.dest.join("fs").is_dir() => {
                 tracing::debug!(error = %e, "layer already unpacked");
-                return Ok(std::mem::take(&mut self.meta));
+                return Ok(self.meta.take().expect("settled before sealed"));
             }
             Err(e) => return Err(fs_err("renaming into place", &self.dest)(e)),
         }
@@ -188,24 +214,25 @@ impl Extracted {
         File::open(&self.layers_dir)
             .and_then(|d| d.sync_all())
             .map_err(fs_err("syncing", &self.dest))?;
-        Ok(std::mem::take(&mut self.meta))
+        Ok(self.meta.take().expect("settled before sealed"))
     }
 }
 
-/// Extracts a (possibly compressed) tar stream into the empty directory `dir` on top of
-/// `lowers`, checking the uncompressed stream against `diff_id` when given and the free space
-/// of `store` (the directory messages name, on the same filesystem) against `reserve`.
-/// Blocking.
+/// Extracts a (possibly compressed) tar stream into the empty directory `dir` on top of the
+/// layers `below`, checking the uncompressed stream against `diff_id` when given and the free
+/// space of `store` (the directory messages name, on the same filesystem) against `reserve`.
+/// Returns what is left to settle once the layers below are complete (nothing when they
+/// were). Blocking.
 pub fn extract_tar(
     input: impl Read + Send,
     dir: &Path,
-    lowers: Lowers,
+    below: Below,
     diff_id: Option<&Digest>,
     reserve: Reserve,
     store: &Path,
-) -> Result<(), UnpackError> {
+) -> Result<Deferred, UnpackError> {
     let tripped = Tripped::default();
-    let result = extract_guarded(input, dir, lowers, diff_id, reserve, store, &tripped);
+    let result = extract_guarded(input, dir, below, diff_id, reserve, store, &tripped);
     let no_space = crate::image::lock(&tripped).take();
     match no_space {
         Some(no_space) => Err(UnpackError::NoSpace(no_space)),
@@ -216,12 +243,12 @@ pub fn extract_tar(
 fn extract_guarded(
     input: impl Read + Send,
     dir: &Path,
-    lowers: Lowers,
+    below: Below,
     diff_id: Option<&Digest>,
     reserve: Reserve,
     store: &Path,
     tripped: &Tripped,
-) -> Result<(), UnpackError> {
+) -> Result<Deferred, UnpackError> {
     let mut buffered = BufReader::with_capacity(64 * 1024, input);
     let head = buffered
         .fill_buf()
@@ -244,7 +271,10 @@ fn extract_guarded(
         path: dir.display().to_string(),
         source: e.into(),
     })?;
-    let mut extractor = Extractor::new(root, lowers);
+    let mut extractor = match below {
+        Below::Ready(lowers) => Extractor::new(root, lowers),
+        Below::Later => Extractor::deferring(root),
+    };
     let (extracted, produced) = std::thread::scope(|scope| {
         let (mut chunks, producer) = stream::spawn(scope, hashing);
         let extracted = extract_entries(&mut chunks, &mut extractor);
@@ -367,11 +397,12 @@ mod tests {
         let r = extract_tar(
             t,
             dir.path(),
-            Lowers::default(),
+            Below::Ready(Lowers::default()),
             Some(&Digest::of(t)),
             Reserve::new(0),
             Path::new("/"),
-        );
+        )
+        .map(drop);
         (dir, r)
     }
 
@@ -451,7 +482,7 @@ mod tests {
         let r = extract_tar(
             &gz[..],
             dir.path(),
-            Lowers::default(),
+            Below::Ready(Lowers::default()),
             Some(&Digest::of(&t)),
             Reserve::new(0),
             Path::new("/"),
@@ -520,7 +551,7 @@ mod tests {
         extract_tar(
             &z[..],
             zdir.path(),
-            Lowers::default(),
+            Below::Ready(Lowers::default()),
             Some(&Digest::of(&t)),
             Reserve::new(0),
             Path::new("/"),
@@ -531,7 +562,7 @@ mod tests {
             extract_tar(
                 &b"\x1f\x8bnot gzip at all"[..],
                 zdir.path(),
-                Lowers::default(),
+                Below::Ready(Lowers::default()),
                 None,
                 Reserve::new(0),
                 Path::new("/")
