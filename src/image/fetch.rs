@@ -5,7 +5,8 @@
 //! Concurrency: one download per blob and one unpack per layer at a time across all pulls
 //! (`KeyedLocks`; a waiter finds the finished result), downloads bounded by the configured
 //! limit, unpacks by the CPU count. Layers of one image download in parallel and are
-//! extracted side by side, each as soon as its blob is in and without the layers below it;
+//! extracted side by side, each from its download as the bytes arrive (`store/follow.rs`: the
+//! extraction ends only once the blob verifies) and without the layers below it;
 //! what a layer needs from those (a directory it leaves out takes their metadata, a whiteout
 //! is written only for what they show: `store/deferred.rs`) is settled bottom first once they
 //! are complete. A layer's syncfs runs while the next one is settled; all are renamed into
@@ -206,53 +207,33 @@ impl Images {
         if self.paths.has_blob(&desc.digest) {
             return Ok(());
         }
-        let verified = self.fetch_verified(src, desc).await?;
+        let ingest = self.new_ingest(desc)?;
+        let verified = self.fetch_into(src, desc, ingest).await?;
         persist(verified, self.paths.blob(&desc.digest)).await?;
         crate::failpoint!("image.pull.after_blob");
         Ok(())
     }
 
-    /// The blob of a layer to extract, opened: the stored one, or a download whose digest
-    /// holds and which is made durable and moved into place meanwhile, by the task returned
-    /// (it holds the blob's lock until then).
-    async fn layer_blob(
-        &self,
-        src: &Source<'_>,
-        desc: &Descriptor,
-    ) -> Result<(std::fs::File, Option<Persisting>), PullError> {
-        let lock = self.blob_locks.lock(&desc.digest).await;
-        let dest = self.paths.blob(&desc.digest);
-        if self.paths.has_blob(&desc.digest) {
-            let file = std::fs::File::open(&dest).map_err(local("opening", &dest))?;
-            return Ok((file, None));
-        }
-        let verified = self.fetch_verified(src, desc).await?;
-        let file = verified
-            .open()
-            .map_err(local("opening", &self.paths.ingest_dir()))?;
-        let persisting = tokio::spawn(async move {
-            let _lock = lock;
-            persist(verified, dest).await?;
-            crate::failpoint!("image.pull.after_blob");
-            Ok(())
-        });
-        Ok((file, Some(persisting)))
-    }
-
-    /// Downloads or copies the blob `desc` under `ingest/` and checks its size and digest.
-    async fn fetch_verified(
-        &self,
-        src: &Source<'_>,
-        desc: &Descriptor,
-    ) -> Result<Verified, PullError> {
+    /// A new ingest for the blob `desc`, if the store has room for it.
+    fn new_ingest(&self, desc: &Descriptor) -> Result<Ingest, PullError> {
         let size = u64::try_from(desc.size).ok();
         self.settings
             .reserve
             .check(&self.paths.ingest_dir(), size.unwrap_or(0))?;
+        Ingest::create(&self.paths, desc.digest.algorithm())
+            .map_err(local("creating", &self.paths.ingest_dir()))
+    }
+
+    /// Downloads or copies the blob `desc` into `ingest` and checks its size and digest.
+    async fn fetch_into(
+        &self,
+        src: &Source<'_>,
+        desc: &Descriptor,
+        ingest: Ingest,
+    ) -> Result<Verified, PullError> {
+        let size = u64::try_from(desc.size).ok();
         let what = format!("blob {}", desc.digest);
         let started = std::time::Instant::now();
-        let ingest = Ingest::create(&self.paths, desc.digest.algorithm())
-            .map_err(local("creating", &self.paths.ingest_dir()))?;
         let ingest = match src {
             Source::Registry(session) => {
                 let _permit = self
@@ -352,7 +333,9 @@ impl Images {
         result
     }
 
-    /// Extracts the layer (fetching its blob first if needed) without its lower layers. What it
+    /// Extracts the layer without its lower layers, from its stored blob or from its download
+    /// as it arrives (the extraction ends only once the blob verifies; making the blob
+    /// durable and moving it into place then runs on, holding the blob's lock). What it
     /// returns holds the layer's lock until sealed.
     async fn extract_layer(
         &self,
@@ -361,20 +344,33 @@ impl Images {
         layer: &LayerRef,
         lock: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<Extracting, PullError> {
-        let (file, persisting) = self.layer_blob(src, desc).await?;
-        let _permit = self
-            .unpacks
-            .acquire()
-            .await
-            .map_err(|_| PullError::ShuttingDown)?;
-        let (paths, l) = (self.paths.clone(), layer.clone());
-        let reserve = self.settings.reserve;
-        let blob = layer.blob.clone();
-        let extracted = off_thread("unpacking a layer", move || {
-            super::store::unpack::extract(&paths, file, &l.diff_id, &l.chain_id, reserve)
-                .map_err(|error| PullError::Layer { blob, error })
-        })
-        .await?;
+        let blob_lock = self.blob_locks.lock(&desc.digest).await;
+        let dest = self.paths.blob(&desc.digest);
+        let (extracted, persisting) = if self.paths.has_blob(&desc.digest) {
+            drop(blob_lock);
+            let file = std::fs::File::open(&dest).map_err(local("opening", &dest))?;
+            (self.extract_from(file, layer).await?, None)
+        } else {
+            let mut ingest = self.new_ingest(desc)?;
+            let following = ingest
+                .follow()
+                .map_err(local("opening", &self.paths.ingest_dir()))?;
+            // The blob's fsync starts as soon as its digest holds, beside the extraction.
+            let fetching = async move {
+                let verified = self.fetch_into(src, desc, ingest).await?;
+                Ok::<Persisting, PullError>(tokio::spawn(async move {
+                    let _lock = blob_lock;
+                    persist(verified, dest).await?;
+                    crate::failpoint!("image.pull.after_blob");
+                    Ok(())
+                }))
+            };
+            let (fetched, extracted) =
+                futures_util::future::join(fetching, self.extract_from(following, layer)).await;
+            // A failed download is the cause of whatever the extraction made of it.
+            let persisting = fetched?;
+            (extracted?, Some(persisting))
+        };
         Ok(Extracting {
             lock,
             chain_id: layer.chain_id.clone(),
@@ -382,6 +378,31 @@ impl Images {
             persisting,
             extracted,
         })
+    }
+
+    /// Extracts `blob` as `layer`, once one of the unpack slots is free.
+    async fn extract_from(
+        &self,
+        blob: impl std::io::Read + Send + 'static,
+        layer: &LayerRef,
+    ) -> Result<super::store::unpack::Extracted, PullError> {
+        let _permit = self
+            .unpacks
+            .acquire()
+            .await
+            .map_err(|_| PullError::ShuttingDown)?;
+        let (paths, l) = (self.paths.clone(), layer.clone());
+        let reserve = self.settings.reserve;
+        let blob_digest = layer.blob.clone();
+        off_thread("unpacking a layer", move || {
+            super::store::unpack::extract(&paths, blob, &l.diff_id, &l.chain_id, reserve).map_err(
+                |error| PullError::Layer {
+                    blob: blob_digest,
+                    error,
+                },
+            )
+        })
+        .await
     }
 
     /// Completes an extracted layer against the layers below it (`pending` holds those not yet

@@ -6,7 +6,8 @@
 //!   generation           rewritten (new inode) after every change of records, so readers in
 //!                        other processes notice with one stat
 //!   blobs/<alg>/<hex>    verified blobs, named by digest
-//!   ingest/<random>      downloads in progress; never read as content, removed at start
+//!   ingest/<random>      downloads in progress; read only by the extraction following one
+//!                        (which ends only once it verifies), removed at start
 //!   layers/<chain hex>/  one unpacked layer: fs/ (an overlayfs lowerdir) and layer.json
 //!   layers/.tmp-*        unpacks in progress; removed at start
 //!   records/<id hex>.json image records (`crate::store` envelopes)
@@ -20,9 +21,11 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use super::follow::{Following, Progress};
 use crate::image::digest::{Algorithm, Digest, Hasher};
 
 #[derive(Debug, Clone)]
@@ -181,6 +184,8 @@ pub struct Ingest {
     file: Option<io::BufWriter<File>>,
     hasher: Hasher,
     size: u64,
+    /// Set once a reader follows the download (`follow`).
+    progress: Option<Arc<Progress>>,
 }
 
 impl Ingest {
@@ -196,16 +201,34 @@ impl Ingest {
             file: Some(io::BufWriter::with_capacity(64 << 10, file)),
             hasher: Hasher::new(algorithm),
             size: 0,
+            progress: None,
         })
+    }
+
+    /// A reader of the blob as it is written, which ends where the blob verifies
+    /// (`follow.rs`).
+    pub fn follow(&mut self) -> io::Result<Following> {
+        let progress = Arc::new(Progress::default());
+        if let Some(f) = &mut self.file {
+            f.flush()?;
+        }
+        progress.advance(self.size);
+        self.progress = Some(progress.clone());
+        Following::open(&self.path, progress)
     }
 
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.hasher.update(bytes);
         self.size += bytes.len() as u64;
-        match &mut self.file {
-            Some(f) => f.write_all(bytes),
-            None => Err(io::Error::other("ingest already finished")),
+        let Some(f) = &mut self.file else {
+            return Err(io::Error::other("ingest already finished"));
+        };
+        f.write_all(bytes)?;
+        if let Some(progress) = &self.progress {
+            f.flush()?;
+            progress.advance(self.size);
         }
+        Ok(())
     }
 
     pub fn size(&self) -> u64 {
@@ -250,6 +273,10 @@ impl Ingest {
             });
         }
         let file = file.into_inner().map_err(|e| e.into_error())?;
+        if let Some(progress) = self.progress.take() {
+            progress.advance(self.size);
+            progress.end(Ok(()));
+        }
         Ok(Verified {
             path: std::mem::take(&mut self.path),
             file: Some(file),
@@ -265,11 +292,6 @@ pub struct Verified {
 }
 
 impl Verified {
-    /// The blob, opened for reading from its start.
-    pub fn open(&self) -> io::Result<File> {
-        File::open(&self.path)
-    }
-
     /// Makes the data durable and moves it to `dest`. Blocking.
     pub fn persist(mut self, dest: &Path) -> io::Result<()> {
         if let Some(file) = self.file.take() {
@@ -294,6 +316,11 @@ impl Drop for Verified {
 
 impl Drop for Ingest {
     fn drop(&mut self) {
+        if let Some(progress) = self.progress.take() {
+            progress.end(Err(
+                "the blob's download did not complete or did not verify".into(),
+            ));
+        }
         // Verified ingests handed their file on; this only removes abandoned ones.
         if !self.path.as_os_str().is_empty() {
             let _ = crate::durable::remove_file(&self.path);

@@ -44,6 +44,7 @@ pub mod deferred;
 pub mod extract;
 #[cfg(test)]
 mod extract_tests;
+pub mod follow;
 pub mod locking;
 pub mod lower;
 pub mod records;

@@ -105,7 +105,7 @@ pub fn unpack(
 /// without its lower layers (see [`Extracted::settle`]). Blocking.
 pub fn extract(
     paths: &StorePaths,
-    blob: File,
+    blob: impl Read + Send,
     diff_id: &Digest,
     chain_id: &Digest,
     reserve: Reserve,
