@@ -379,15 +379,15 @@ const NOT_DURABLE_STEPS: &[(&str, &str)] = &[
         "fuzz entry points, in temporary directories",
     ),
     (
-        "image/store/extract.rs",
+        "image/store/unpack/extract.rs",
         "a layer is extracted into a staging directory; renaming it into place is the step",
     ),
     (
-        "image/store/sparse.rs",
+        "image/store/unpack/sparse.rs",
         "writes holes into files of the staging directory",
     ),
     (
-        "image/store/extract_tests.rs",
+        "image/store/unpack/extract_tests.rs",
         "unit tests of the extraction",
     ),
     (

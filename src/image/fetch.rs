@@ -8,7 +8,7 @@
 //! extracted side by side, each from its download as the bytes arrive (`store/follow.rs`: the
 //! extraction ends only once the blob verifies) and without the layers below it;
 //! what a layer needs from those (a directory it leaves out takes their metadata, a whiteout
-//! is written only for what they show: `store/deferred.rs`) is settled bottom first once they
+//! is written only for what they show: `store/unpack/deferred.rs`) is settled bottom first once they
 //! are complete. A layer's syncfs runs while the next one is settled; all are renamed into
 //! place at the end (`unpack_all`).
 
@@ -284,7 +284,7 @@ impl Images {
     /// Unpacks the layers of `m` that are not unpacked yet. Each is extracted on its own as
     /// soon as its blob is in (up to `unpacks` at once, across pulls), without its lower
     /// layers; then, bottom first, each is settled against the layers below it
-    /// (`store/deferred.rs`) and its data sent to disk while the next is settled; all are
+    /// (`store/unpack/deferred.rs`) and its data sent to disk while the next is settled; all are
     /// sealed (renamed into place) bottom first at the end, so no tree a layer above reads
     /// moves under it.
     async fn unpack_all(

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::registry::manifest::{self, Document, Platform};
 use super::registry::reference::ImageRef;
-use super::store::lower::Lowers;
 use super::store::space::Reserve;
+use super::store::unpack::lower::Lowers;
 use super::store::unpack::{Below, extract_tar};
 
 /// An image reference: parsing never panics, and what parses prints as itself normalised.

@@ -108,7 +108,7 @@ impl Images {
             super::store::unpack::extract_tar(
                 file,
                 &dir,
-                Below::Ready(super::store::lower::Lowers::default()),
+                Below::Ready(super::store::unpack::lower::Lowers::default()),
                 None,
                 reserve,
                 &ingest,
@@ -248,7 +248,7 @@ impl Images {
         media_type: &str,
         files: &mut HashMap<Digest, PathBuf>,
     ) -> Result<Descriptor, ImportError> {
-        let comps = super::store::extract::clean_path(Path::new(rel))
+        let comps = super::store::unpack::extract::clean_path(Path::new(rel))
             .map_err(|e| ImportError::Invalid(e.to_string()))?;
         let path: PathBuf = dir.join(comps.iter().collect::<PathBuf>());
         let p = path.clone();

@@ -1,9 +1,10 @@
 //! The image store under `<root>/images`: verified content by digest (`content.rs`, which also
 //! lays out the directories), image records (`records.rs`), layers unpacked as overlayfs
-//! lowerdirs (`unpack.rs` drives `extract.rs`, which reads the lower layers through
-//! `lower.rs`, or leaves what needs them to `deferred.rs` when they are still being
+//! lowerdirs (`unpack/`: its `mod.rs` drives `extract.rs`, which reads the lower layers
+//! through `lower.rs`, or leaves what needs them to `deferred.rs` when they are still being
 //! extracted, GNU sparse files through `sparse.rs`, and the tar's block structure through
-//! `tar_bounds.rs`), and the free-space reserve (`space.rs`).
+//! `tar_bounds.rs`), a download read as it arrives (`follow.rs`), and the free-space reserve
+//! (`space.rs`).
 //!
 //! # Concurrency rules
 //!
@@ -40,17 +41,8 @@
 //!    never held while taking `commit_lock`.
 
 pub mod content;
-pub mod deferred;
-pub mod extract;
-#[cfg(test)]
-mod extract_tests;
 pub mod follow;
 pub mod locking;
-pub mod lower;
 pub mod records;
 pub mod space;
-mod sparse;
-mod stream;
-mod tar_bounds;
 pub mod unpack;
-mod unpack_error;

@@ -2,8 +2,8 @@
 
 use std::io;
 
-use super::space::NoSpace;
 use crate::image::digest::Digest;
+use crate::image::store::space::NoSpace;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnpackError {

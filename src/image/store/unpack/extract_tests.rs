@@ -7,9 +7,9 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::lower::Lowers;
-use super::space::Reserve;
-use super::unpack::{Below, UnpackError, extract_tar};
+use super::{Below, UnpackError, extract_tar};
 use crate::image::digest::Digest;
+use crate::image::store::space::Reserve;
 
 /// One hand-made tar entry: the raw name and type byte go into the header as they are.
 struct E {

@@ -3,20 +3,30 @@
 //! entry (`extract.rs`), then rename the finished directory into place. Until that rename the
 //! work lives under `layers/.tmp-*`, which nothing reads and startup removes.
 
+pub mod deferred;
+pub mod extract;
+#[cfg(test)]
+mod extract_tests;
+pub mod lower;
+mod sparse;
+mod stream;
+mod tar_bounds;
+mod unpack_error;
+
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use self::deferred::Deferred;
+use self::extract::Extractor;
+use self::lower::Lowers;
+use self::stream::{self as chunked, Chunks};
+use self::tar_bounds::TarBounds;
+pub use self::unpack_error::UnpackError;
 use super::content::{StorePaths, remove_tree};
-use super::deferred::Deferred;
-use super::extract::Extractor;
-use super::lower::Lowers;
 use super::space::{Guarded, Reserve, Tripped};
-use super::stream::{self, Chunks};
-use super::tar_bounds::TarBounds;
-pub use super::unpack_error::UnpackError;
 use crate::image::digest::{Digest, HashingReader};
 use crate::image::registry::manifest::Compression;
 
@@ -276,7 +286,7 @@ fn extract_guarded(
         Below::Later => Extractor::deferring(root),
     };
     let (extracted, produced) = std::thread::scope(|scope| {
-        let (mut chunks, producer) = stream::spawn(scope, hashing);
+        let (mut chunks, producer) = chunked::spawn(scope, hashing);
         let extracted = extract_entries(&mut chunks, &mut extractor);
         // The tar's end-of-archive blocks leave padding unread, and the diff id covers it.
         let drained = extracted.and_then(|()| {
@@ -292,7 +302,7 @@ fn extract_guarded(
     let actual = match (produced, extracted) {
         (Ok((digest, _)), Ok(())) => digest,
         // The unpack stopped first (a bad entry, a failed write): the stream only saw it stop.
-        (Err(e), Err(first)) if stream::stopped(&e) => return Err(first),
+        (Err(e), Err(first)) if chunked::stopped(&e) => return Err(first),
         // A failed read is the first cause; what the tar reader made of it is only its echo.
         (Err(e), _) => return Err(UnpackError::Corrupt(e.to_string())),
         (Ok(_), Err(e)) => return Err(e),
