@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use self::deferred::Deferred;
 use self::extract::Extractor;
 use self::lower::Lowers;
-use self::stream::{self as chunked, Chunks};
+use self::stream as chunked;
 use self::tar_bounds::TarBounds;
 pub use self::unpack_error::UnpackError;
 use super::content::{StorePaths, remove_tree};
@@ -270,7 +270,6 @@ fn extract_guarded(
     };
     let guarded = Guarded::new(decoder, reserve, store, tripped.clone());
     let algorithm = diff_id.map_or(crate::image::digest::Algorithm::Sha256, |d| d.algorithm());
-    let hashing = HashingReader::new(guarded, algorithm);
     let root = rustix::fs::open(
         dir,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
@@ -286,21 +285,25 @@ fn extract_guarded(
         Below::Later => Extractor::deferring(root),
     };
     let (extracted, produced) = std::thread::scope(|scope| {
-        let (mut chunks, producer) = chunked::spawn(scope, hashing);
-        let extracted = extract_entries(&mut chunks, &mut extractor);
+        let (chunks, producer) = chunked::spawn(scope, guarded);
+        // The diff id is hashed on this side: inflating, on the other, is the slower half, and
+        // for a large layer alone it was the whole unpack's pace.
+        let mut hashed = HashingReader::new(chunks, algorithm);
+        let extracted = extract_entries(&mut hashed, &mut extractor);
         // The tar's end-of-archive blocks leave padding unread, and the diff id covers it.
-        let drained = extracted.and_then(|()| {
-            io::copy(&mut chunks, &mut io::sink())
-                .map(drop)
+        // Either way the stream's end is dropped here, which stops the producer if it is not
+        // done.
+        let hashed = extracted.and_then(|()| {
+            hashed
+                .finish()
                 .map_err(|e| UnpackError::Corrupt(e.to_string()))
         });
-        drop(chunks);
-        (drained, producer.join())
+        (hashed, producer.join())
     });
     let produced =
         produced.map_err(|_| UnpackError::Corrupt("the decompressing thread panicked".into()))?;
     let actual = match (produced, extracted) {
-        (Ok((digest, _)), Ok(())) => digest,
+        (Ok(_), Ok((digest, _))) => digest,
         // The unpack stopped first (a bad entry, a failed write): the stream only saw it stop.
         (Err(e), Err(first)) if chunked::stopped(&e) => return Err(first),
         // A failed read is the first cause; what the tar reader made of it is only its echo.
@@ -318,7 +321,7 @@ fn extract_guarded(
     extractor.finish()
 }
 
-fn extract_entries(chunks: &mut Chunks, extractor: &mut Extractor) -> Result<(), UnpackError> {
+fn extract_entries(chunks: &mut impl Read, extractor: &mut Extractor) -> Result<(), UnpackError> {
     let mut archive = tar::Archive::new(TarBounds::new(chunks));
     for entry in archive
         .entries()

@@ -1,14 +1,12 @@
 //! A layer's tar stream made on a thread of its own, so an unpack uses two cores: that thread
-//! reads the blob, decompresses it, checks the free space and hashes the tar (about half of
-//! an unpack's CPU time, mostly inflate and SHA-256), while the unpacking thread parses the tar
-//! and writes the files. The bytes pass in `CHUNK`-sized buffers that go round a ring of
+//! reads the blob, decompresses it and checks the free space (inflate: the larger half of an
+//! unpack's CPU time), while the unpacking thread hashes the tar, parses it and writes the
+//! files. The bytes pass in `CHUNK`-sized buffers that go round a ring of
 //! `RING`, so an unpack holds at most `RING * CHUNK` bytes however large its layer is.
 
 use std::io::{self, Read};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::{Scope, ScopedJoinHandle};
-
-use crate::image::digest::{Digest, HashingReader};
 
 /// Below glibc's default mmap threshold (128 KiB), as `fetch.rs`'s buffer, for the same reason.
 const CHUNK: usize = 64 << 10;
@@ -17,8 +15,8 @@ const RING: usize = 8;
 /// A filled buffer and how much of it holds data, or why the stream failed.
 type Filled = io::Result<(Vec<u8>, usize)>;
 
-/// What the producing thread ends with: the digest and length of everything it read.
-pub type Produced = io::Result<(Digest, u64)>;
+/// What the producing thread ends with: the length of everything it read.
+pub type Produced = io::Result<u64>;
 
 /// The consuming end: reads the stream the producer makes, giving each buffer back once read.
 pub struct Chunks {
@@ -28,10 +26,10 @@ pub struct Chunks {
     pos: usize,
 }
 
-/// Starts reading `source` to its end on a thread of `scope`, hashing what it reads.
+/// Starts reading `source` to its end on a thread of `scope`.
 pub fn spawn<'scope, R: Read + Send + 'scope>(
     scope: &'scope Scope<'scope, '_>,
-    source: HashingReader<R>,
+    source: R,
 ) -> (Chunks, ScopedJoinHandle<'scope, Produced>) {
     let (fill_tx, fill_rx) = sync_channel::<Filled>(RING);
     let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(RING);
@@ -49,17 +47,21 @@ pub fn spawn<'scope, R: Read + Send + 'scope>(
 }
 
 fn produce<R: Read>(
-    mut source: HashingReader<R>,
+    mut source: R,
     filled: &SyncSender<Filled>,
     empty: &Receiver<Vec<u8>>,
 ) -> Produced {
     // Either channel closing means the unpack stopped reading: it failed and has its reason.
     let stopped = || io::Error::new(io::ErrorKind::BrokenPipe, Stopped);
+    let mut total = 0u64;
     loop {
         let mut buf = empty.recv().map_err(|_| stopped())?;
         match fill(&mut source, &mut buf) {
-            Ok(0) => return source.finish(),
-            Ok(n) => filled.send(Ok((buf, n))).map_err(|_| stopped())?,
+            Ok(0) => return Ok(total),
+            Ok(n) => {
+                total += n as u64;
+                filled.send(Ok((buf, n))).map_err(|_| stopped())?;
+            }
             Err(e) => {
                 // The consumer gets the same kind and text; this thread returns the original.
                 let _ = filled.send(Err(io::Error::new(e.kind(), e.to_string())));
@@ -126,11 +128,10 @@ impl Read for Chunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::digest::Algorithm;
 
     fn through(data: &[u8], read_size: usize) -> (Vec<u8>, Produced) {
         std::thread::scope(|s| {
-            let (mut chunks, producer) = spawn(s, HashingReader::new(data, Algorithm::Sha256));
+            let (mut chunks, producer) = spawn(s, data);
             let mut out = Vec::new();
             let mut buf = vec![0; read_size];
             loop {
@@ -145,21 +146,21 @@ mod tests {
     }
 
     #[test]
-    fn every_byte_arrives_in_order_and_is_hashed() {
+    fn every_byte_arrives_in_order_and_is_counted() {
         let data: Vec<u8> = (0..(RING * CHUNK * 3 + 777))
             .map(|i| (i % 251) as u8)
             .collect();
         for (len, read_size) in [(data.len(), 1), (CHUNK, 512), (CHUNK + 1, CHUNK - 1)] {
             let (out, produced) = through(&data[..len], read_size);
             assert!(out == data[..len], "{len} bytes read {read_size} at a time");
-            assert_eq!(produced.unwrap(), (Digest::of(&data[..len]), len as u64));
+            assert_eq!(produced.unwrap(), len as u64);
         }
         let (out, produced) = through(&data, CHUNK * 2);
         assert!(out == data);
-        assert_eq!(produced.unwrap().1, data.len() as u64);
+        assert_eq!(produced.unwrap(), data.len() as u64);
         let (out, produced) = through(b"", 512);
         assert!(out.is_empty());
-        assert_eq!(produced.unwrap(), (Digest::of(b""), 0));
+        assert_eq!(produced.unwrap(), 0);
     }
 
     /// Fails after `good` bytes, as a corrupt gzip stream or a full disk does.
@@ -183,7 +184,7 @@ mod tests {
     #[test]
     fn a_failed_source_reaches_the_reader_and_the_producer_result() {
         std::thread::scope(|s| {
-            let source = HashingReader::new(FailsAfter(CHUNK * 2 + 5), Algorithm::Sha256);
+            let source = FailsAfter(CHUNK * 2 + 5);
             let (mut chunks, producer) = spawn(s, source);
             let e = io::copy(&mut chunks, &mut io::sink()).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
@@ -197,7 +198,7 @@ mod tests {
     fn a_reader_that_stops_early_stops_the_producer() {
         std::thread::scope(|s| {
             let endless = io::repeat(1);
-            let (mut chunks, producer) = spawn(s, HashingReader::new(endless, Algorithm::Sha256));
+            let (mut chunks, producer) = spawn(s, endless);
             let mut first = [0u8; 10];
             chunks.read_exact(&mut first).unwrap();
             drop(chunks);
