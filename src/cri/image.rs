@@ -62,6 +62,17 @@ fn image(v: &ImageView) -> pb::Image {
     }
 }
 
+/// An ImageStatus answer: empty when the image is not stored (not an error, per CRI).
+fn image_status(view: Option<&ImageView>, info: Option<String>) -> pb::ImageStatusResponse {
+    let Some(view) = view else {
+        return pb::ImageStatusResponse::default();
+    };
+    pb::ImageStatusResponse {
+        image: Some(image(view)),
+        info: info.map(|i| ("info".to_owned(), i)).into_iter().collect(),
+    }
+}
+
 fn credentials(a: Option<pb::AuthConfig>) -> Credentials {
     let a = a.unwrap_or_default();
     Credentials {
@@ -121,18 +132,21 @@ impl ImageService for ImageServer {
         let req = req.into_inner();
         let spec = self.spec(req.image)?;
         let images = self.images.clone();
+        // kubelet asks before every container it creates. The records in memory are nearly
+        // always current: answered here, the call skips the hop to the blocking pool that a
+        // reload from disk, or the verbose info, needs.
+        if !req.verbose
+            && let Some(found) = images.status_if_current(&spec)
+        {
+            return Ok(Response::new(image_status(found?.as_ref(), None)));
+        }
         blocking(move || {
-            let Some(view) = images.status(&spec)? else {
-                return Ok(Response::new(pb::ImageStatusResponse::default()));
-            };
-            let mut info = std::collections::HashMap::new();
-            if req.verbose {
-                info.insert("info".to_owned(), view.info(&images).to_string());
-            }
-            Ok(Response::new(pb::ImageStatusResponse {
-                image: Some(image(&view)),
-                info,
-            }))
+            let view = images.status(&spec)?;
+            let info = req
+                .verbose
+                .then(|| view.as_ref().map(|v| v.info(&images).to_string()))
+                .flatten();
+            Ok(Response::new(image_status(view.as_ref(), info)))
         })
         .await
     }

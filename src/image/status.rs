@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::registry::reference::ImageRef;
-use super::store::records::ImageRecord;
+use super::store::records::{ImageRecord, Table};
 use super::{ImageError, Images};
 
 /// An image as status and list report it.
@@ -67,51 +67,62 @@ fn is_hex(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// The record `spec` names in `table` (see [`Images::find`]).
+fn find_in(table: &Table, spec: &str) -> Result<Option<ImageRecord>, ImageError> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Err(ImageError::Reference(super::ReferenceError {
+            reference: String::new(),
+            reason: "empty",
+        }));
+    }
+    // A full id of any algorithm (`sha512:...` too), then a bare sha256 hex.
+    if let Ok(id) = spec.parse::<super::Digest>() {
+        return Ok(table.get(&id).cloned());
+    }
+    let bare = spec.strip_prefix("sha256:").unwrap_or(spec);
+    if bare.len() == 64 && is_hex(bare) {
+        let id: super::Digest = format!("sha256:{bare}").parse().expect("checked hex");
+        return Ok(table.get(&id).cloned());
+    }
+    let parsed = ImageRef::parse(spec);
+    if let Ok(r) = &parsed {
+        let name = match &r.digest {
+            Some(d) => r.digested(d),
+            None => r.tagged().unwrap_or_default(),
+        };
+        if let Some(rec) = table.by_name(&name) {
+            return Ok(Some(rec.clone()));
+        }
+    }
+    if is_hex(bare) {
+        return match table.by_id_prefix(bare).as_slice() {
+            [one] => Ok(Some((*one).clone())),
+            [] => Ok(None),
+            _ => Err(ImageError::Ambiguous(bare.to_owned())),
+        };
+    }
+    parsed.map(|_| None).map_err(Into::into)
+}
+
 impl Images {
     /// Finds the image `spec` names: a full id (`sha256:<hex>` or `<hex>`), a tag or digest
     /// reference (normalised: `busybox` finds `docker.io/library/busybox:latest`), or a unique
     /// id prefix. `Ok(None)` when there is no such image.
     pub fn find(&self, spec: &str) -> Result<Option<ImageRecord>, ImageError> {
-        let spec = spec.trim();
-        if spec.is_empty() {
-            return Err(ImageError::Reference(super::ReferenceError {
-                reference: String::new(),
-                reason: "empty",
-            }));
-        }
-        let table = self.table();
-        // A full id of any algorithm (`sha512:...` too), then a bare sha256 hex.
-        if let Ok(id) = spec.parse::<super::Digest>() {
-            return Ok(table.get(&id).cloned());
-        }
-        let bare = spec.strip_prefix("sha256:").unwrap_or(spec);
-        if bare.len() == 64 && is_hex(bare) {
-            let id: super::Digest = format!("sha256:{bare}").parse().expect("checked hex");
-            return Ok(table.get(&id).cloned());
-        }
-        let parsed = ImageRef::parse(spec);
-        if let Ok(r) = &parsed {
-            let name = match &r.digest {
-                Some(d) => r.digested(d),
-                None => r.tagged().unwrap_or_default(),
-            };
-            if let Some(rec) = table.by_name(&name) {
-                return Ok(Some(rec.clone()));
-            }
-        }
-        if is_hex(bare) {
-            return match table.by_id_prefix(bare).as_slice() {
-                [one] => Ok(Some((*one).clone())),
-                [] => Ok(None),
-                _ => Err(ImageError::Ambiguous(bare.to_owned())),
-            };
-        }
-        parsed.map(|_| None).map_err(Into::into)
+        find_in(&self.table(), spec)
     }
 
     /// ImageStatus: the image, or `None` when it is not stored (not an error, per CRI).
     pub fn status(&self, spec: &str) -> Result<Option<ImageView>, ImageError> {
         Ok(self.find(spec)?.map(|r| self.view(r)))
+    }
+
+    /// [`Images::status`] from the records in memory, when no other process changed them (one
+    /// `stat`, nothing read): `None` when they must be reloaded first, which blocks.
+    pub fn status_if_current(&self, spec: &str) -> Option<Result<Option<ImageView>, ImageError>> {
+        let table = self.table_if_current()?;
+        Some(find_in(&table, spec).map(|r| r.map(|r| self.view(r))))
     }
 
     fn view(&self, record: ImageRecord) -> ImageView {

@@ -82,6 +82,14 @@ impl KeyedLocks {
 }
 
 impl Images {
+    /// The table in memory if no other process changed the records since it was read: one
+    /// `stat` of the generation file, no reading of records.
+    pub(in crate::image) fn table_if_current(&self) -> Option<Arc<Table>> {
+        let current = self.paths.generation();
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        (state.generation == current).then(|| state.table.clone())
+    }
+
     /// The current table, reloaded first if another process changed the records.
     pub(in crate::image) fn table(&self) -> Arc<Table> {
         let current = self.paths.generation();
