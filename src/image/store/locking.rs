@@ -92,10 +92,8 @@ impl Images {
 
     /// The current table, reloaded first if another process changed the records.
     pub(in crate::image) fn table(&self) -> Arc<Table> {
-        let current = self.paths.generation();
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if state.generation == current {
-            return state.table;
+        if let Some(table) = self.table_if_current() {
+            return table;
         }
         if let Err(e) = self.reload(false) {
             tracing::warn!(error = %e, "reloading image records");

@@ -293,12 +293,12 @@ fn extract_guarded(
         // The tar's end-of-archive blocks leave padding unread, and the diff id covers it.
         // Either way the stream's end is dropped here, which stops the producer if it is not
         // done.
-        let hashed = extracted.and_then(|()| {
+        let digested = extracted.and_then(|()| {
             hashed
                 .finish()
                 .map_err(|e| UnpackError::Corrupt(e.to_string()))
         });
-        (hashed, producer.join())
+        (digested, producer.join())
     });
     let produced =
         produced.map_err(|_| UnpackError::Corrupt("the decompressing thread panicked".into()))?;
