@@ -453,7 +453,9 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("no-such-command"), "{err:?}");
-    let status = e.status(&missing).await;
+    // The error is the monitor's answer to the start; the exit (128, runsc's) comes from its
+    // reaper, on another channel, and can reach the daemon just after that answer.
+    let status = e.wait_exit(&missing, Duration::from_secs(10)).await;
     assert_eq!(
         (status.state, status.exit_code),
         (pb::ContainerState::ContainerExited as i32, 128)
