@@ -453,12 +453,20 @@ async fn a_pod_runs_under_runsc_in_a_sandbox_of_its_own() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("no-such-command"), "{err:?}");
-    // The error is the monitor's answer to the start; the exit (128, runsc's) comes from its
-    // reaper, on another channel, and can reach the daemon just after that answer.
-    let status = e.wait_exit(&missing, Duration::from_secs(10)).await;
+    // Ended by then, as containerd's: the answer to the start waits for the exit's record.
+    let status = e.status(&missing).await;
     assert_eq!(
-        (status.state, status.exit_code),
-        (pb::ContainerState::ContainerExited as i32, 128)
+        (status.state, status.exit_code, status.reason.as_str()),
+        (
+            pb::ContainerState::ContainerExited as i32,
+            128,
+            "StartError"
+        )
+    );
+    assert!(
+        status.message.starts_with("failed to start: ")
+            && status.message.contains("no-such-command"),
+        "{status:?}"
     );
 
     // A container that ends: its exit code, as the sandbox tells it.

@@ -123,6 +123,7 @@ impl Containers {
             message: format!(
                 "its creation was cut short by a restart of crust, and undoing it failed: {error}; RemoveContainer tries again"
             ),
+            start_failed: false,
         });
         match crate::store::save(&self.ctx.record_path(&kept.id), &kept) {
             Ok(()) => {

@@ -25,10 +25,13 @@ impl Containers {
             // Before the process runs: a plugin may refuse the start.
             pod_nri(&me).start_container(&held.id).await?;
             held.entry.starting.store(true, Ordering::SeqCst);
-            let started = monitor
-                .start(&held.id, me.ctx.monitor_timeout)
-                .await
-                .map_err(ContainerError::monitor(&held.id, "starting it"));
+            let (started, ended) = match monitor.start(&held.id, me.ctx.monitor_timeout).await {
+                Ok(at) => (Ok(at), None),
+                Err(failed) => {
+                    let e = ContainerError::monitor(&held.id, "starting it")(failed.error);
+                    (Err(e), failed.exit)
+                }
+            };
             crate::failpoint!("container.start.after_start");
             // The exit may already have been recorded (a command that ends at once): the
             // container then stays exited, now with its start time.
@@ -52,7 +55,12 @@ impl Containers {
                         error: e.to_string(),
                     };
                     me.note(&record.pod_id, fact);
-                    me.take_pending_exit(&held.id, &held.entry);
+                    match ended {
+                        // The monitor's account of the exit, with the failure as its reason,
+                        // in place of what its event stream may have held back.
+                        Some(exit) => me.exit_of_failed_start(&held.id, &held.entry, exit),
+                        None => me.take_pending_exit(&held.id, &held.entry),
+                    }
                     return Err(e);
                 }
             };

@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
 use super::{
-    ContainerState, CreateRequest, Event, ExecOutput, ExecRequest, Fault, Identity, LOG,
+    ContainerState, CreateRequest, Event, ExecOutput, ExecRequest, ExitInfo, Fault, Identity, LOG,
     MonitorConfig, PIDFILE, Ready, Reply, Request, SOCKET,
 };
 
@@ -35,6 +35,20 @@ pub enum MonitorError {
     /// The monitor answered, refusing the request.
     #[error("{error}")]
     Refused { fault: Fault, error: String },
+}
+
+/// A start that did not happen: why, and the container's exit when that ended it (the monitor
+/// records it before it answers).
+#[derive(Debug)]
+pub struct StartFailed {
+    pub error: MonitorError,
+    pub exit: Option<ExitInfo>,
+}
+
+impl From<MonitorError> for StartFailed {
+    fn from(error: MonitorError) -> Self {
+        StartFailed { error, exit: None }
+    }
 }
 
 /// A monitor the daemon knows: its identity and its sandbox directory.
@@ -141,11 +155,15 @@ impl MonitorHandle {
     }
 
     /// Starts a created container; returns when it started (nanoseconds since the epoch).
-    pub async fn start(&self, id: &str, timeout: Duration) -> Result<i64, MonitorError> {
+    pub async fn start(&self, id: &str, timeout: Duration) -> Result<i64, StartFailed> {
         let req = Request::Start { id: id.to_owned() };
         match self.ask(&req, timeout).await? {
             Reply::Started { started_at } => Ok(started_at),
-            other => Err(unexpected(other)),
+            Reply::StartFailed { fault, error, exit } => Err(StartFailed {
+                error: MonitorError::Refused { fault, error },
+                exit: Some(exit),
+            }),
+            other => Err(unexpected(other).into()),
         }
     }
 

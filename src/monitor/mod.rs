@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{MonitorError, MonitorHandle, Subscription, read_pidfile, spawn};
+pub use client::{MonitorError, MonitorHandle, StartFailed, Subscription, read_pidfile, spawn};
 pub use process::main as run;
 
 /// File names inside the sandbox directory.
@@ -249,6 +249,13 @@ pub enum Reply {
     Started {
         started_at: i64,
     },
+    /// The start failed and ended the container: its exit, recorded before this answer.
+    StartFailed {
+        #[serde(default)]
+        fault: Fault,
+        error: String,
+        exit: ExitInfo,
+    },
     Done,
     Exec(ExecOutput),
     Snapshot {
@@ -347,6 +354,9 @@ pub struct ExitInfo {
     pub oom_scope: Option<OomScope>,
     /// Why it ended, for ContainerStatus.message (empty when it simply exited).
     pub message: String,
+    /// Its start failed, which ended it (CRI's reason `StartError`, code 128, as containerd's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub start_failed: bool,
 }
 
 impl crate::store::Record for ExitInfo {
@@ -354,9 +364,11 @@ impl crate::store::Record for ExitInfo {
 }
 
 impl ExitInfo {
-    /// CRI's reason: `OOMKilled`, `Completed` (exit 0) or `Error`.
+    /// CRI's reason: `StartError`, `OOMKilled`, `Completed` (exit 0) or `Error`.
     pub fn reason(&self) -> &'static str {
-        if self.oom_killed {
+        if self.start_failed {
+            "StartError"
+        } else if self.oom_killed {
             "OOMKilled"
         } else if self.code == 0 {
             "Completed"
@@ -365,6 +377,9 @@ impl ExitInfo {
         }
     }
 }
+
+/// The exit code of a container whose start failed: runc's and runsc's, and containerd's.
+pub const START_FAILED_CODE: i32 = 128;
 
 /// File names inside a container's directory.
 pub const EXIT_FILE: &str = "exit.json";

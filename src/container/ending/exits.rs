@@ -116,6 +116,22 @@ impl Containers {
         }
     }
 
+    /// Commits the exit a failed start ended with (the monitor answered with it), in place of
+    /// one its event held back for the start.
+    pub(in crate::container) fn exit_of_failed_start(
+        &self,
+        id: &str,
+        entry: &crate::container::Entry,
+        exit: ExitInfo,
+    ) {
+        entry
+            .pending_exit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.finish_exit(id, entry, exit);
+    }
+
     fn finish_exit(&self, id: &str, entry: &crate::container::Entry, exit: ExitInfo) {
         if entry.snapshot().phase == Phase::Exited {
             return;
@@ -171,6 +187,7 @@ impl Containers {
                 oom_killed: false,
                 oom_scope: None,
                 message: message.clone(),
+                start_failed: false,
             });
             if let Ok((_, entry)) = self.entry(&id) {
                 self.finish_exit(&id, &entry, exit);

@@ -42,6 +42,7 @@ fn exit(code: i32, oom: bool) -> ExitInfo {
         oom_killed: oom,
         oom_scope: None,
         message: String::new(),
+        start_failed: false,
     }
 }
 

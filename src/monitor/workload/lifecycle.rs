@@ -13,11 +13,15 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::Workload;
+pub use super::ending::kill;
+use super::ending::{KILL_WAIT, end_failed_start, kill_cgroup, reaped};
 use super::logs::{self, LogFile, Relay, Stream};
 use super::oom::{OomWatch, oom_kills};
 use super::worker::{self, Job, Outcome, Stdio};
 use crate::monitor::state::{Monitor, err, failed_as_logged, log, now_nanos};
-use crate::monitor::{CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
+use crate::monitor::{
+    CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply, START_FAILED_CODE,
+};
 
 /// What the monitor keeps of the container's standard streams.
 struct Ours {
@@ -102,6 +106,7 @@ pub async fn create(monitor: &Rc<Monitor>, req: CreateRequest) -> Reply {
             started_at: None,
             starting: false,
             exit: None,
+            start_error: None,
             log,
             relays,
             attachers,
@@ -251,10 +256,14 @@ pub async fn start(monitor: &Rc<Monitor>, id: &str) -> Reply {
     if let Err(e) = started {
         // A binary's words may say it is the request's fault (runsc finds a joining
         // container's command only now).
-        return err(
+        let (fault, error) = (
             worker::classify(&e),
             format!("starting container {id}: {e}"),
         );
+        return match end_failed_start(monitor, id, &e).await {
+            Some(exit) => Reply::StartFailed { fault, error, exit },
+            None => err(fault, error),
+        };
     }
     // A stand-in (`standin.rs`) runs crust's code for the container's whole life.
     if let Some(pid) = pid.filter(|_| !sandboxed) {
@@ -324,38 +333,6 @@ pub fn signal(monitor: &Monitor, id: &str, signal: i32, all: bool) -> Reply {
     Reply::Done
 }
 
-/// Signals the container's main process, and with `all` what else is in its cgroup.
-pub fn kill(monitor: &Monitor, id: &str, signal: Signal, all: bool) {
-    let workloads = monitor.workloads.borrow();
-    let Some(w) = workloads.get(id) else { return };
-    // The pid is ours until we reap it, so it still names the container's process.
-    if let Some(pid) = w.pid {
-        if w.req.runtime.as_ref().is_some_and(|r| r.sandbox) {
-            // A stand-in forwards signals to the sandbox; it would die of a SIGKILL.
-            let signo = match signal {
-                Signal::SIGKILL => super::standin::kill_all(),
-                other => other as i32,
-            };
-            let _ = crate::sys::signal_raw(pid.as_raw(), signo);
-        } else {
-            let _ = nix::sys::signal::kill(pid, signal);
-        }
-    }
-    if all {
-        kill_cgroup(w.req.cgroup_procs.as_deref(), signal);
-    }
-}
-
-fn kill_cgroup(procs: Option<&Path>, signal: Signal) {
-    let Some(procs) = procs else { return };
-    let Ok(text) = std::fs::read_to_string(procs) else {
-        return;
-    };
-    for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
-    }
-}
-
 pub async fn forget(monitor: &Monitor, id: &str) -> Reply {
     // A container whose daemon died while the monitor created it: its worker must be done
     // with the container's directories before the daemon removes them.
@@ -364,20 +341,11 @@ pub async fn forget(monitor: &Monitor, id: &str) -> Reply {
         return Reply::Done;
     }
     kill(monitor, id, Signal::SIGKILL, true);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while monitor
-        .workloads
-        .borrow()
-        .get(id)
-        .is_some_and(Workload::is_alive)
-    {
-        if tokio::time::Instant::now() >= deadline {
-            return err(
-                Fault::Failed,
-                format!("container {id} did not die within 10s of SIGKILL"),
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    if !reaped(monitor, id, KILL_WAIT).await {
+        return err(
+            Fault::Failed,
+            format!("container {id} did not die within {KILL_WAIT:?} of SIGKILL"),
+        );
     }
     if let Some(w) = monitor.workloads.borrow_mut().remove(id) {
         if let Some(pid) = w.pid {
@@ -422,6 +390,12 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         }
         // Its output is all out: attached clients are done.
         w.attachers.borrow_mut().clear();
+        // A start that failed ends the container as runc's does, whatever ended the process.
+        let start_error = w.start_error.clone();
+        let (code, signal) = match start_error {
+            Some(_) => (START_FAILED_CODE, None),
+            None => (code, signal),
+        };
         let clean = code == 0 && signal.is_none();
         // What the watch saw first: with the systemd driver the cgroup may be gone by now.
         let sigkill = signal == Some(Signal::SIGKILL as i32);
@@ -438,7 +412,8 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             finished_at: now_nanos(),
             oom_killed,
             oom_scope: watch.filter(|_| oom_killed).map(|o| o.scope_at_exit()),
-            message: String::new(),
+            start_failed: start_error.is_some(),
+            message: start_error.unwrap_or_default(),
         };
         let path = w.req.dir.join(EXIT_FILE);
         if let Err(e) = crate::store::save(&path, &exit) {

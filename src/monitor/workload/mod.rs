@@ -2,11 +2,12 @@
 //!
 //! This file holds one container as the monitor holds it: its request, its main process until
 //! it is reaped, its log and output relays, its attachers and OOM watch. The verbs on it are in
-//! `lifecycle.rs`; the table of them is the monitor's state (`../state.rs`). Processes started
+//! `lifecycle.rs`, and `ending.rs` kills its processes and waits for their reap; the table of them is the monitor's state (`../state.rs`). Processes started
 //! in a container (`exec.rs`, and `interactive.rs` for streams and attach) and containers alike
 //! go through a runtime worker (`worker.rs`, libcontainer in a process of its own); `logs.rs`
 //! writes CRI log files and `oom.rs` watches for OOM kills.
 
+mod ending;
 pub(super) mod exec;
 mod exec_seccomp;
 mod infra;
@@ -38,6 +39,8 @@ pub struct Workload {
     /// A start under way: its process may already run, and even end, before the start returns.
     pub(super) starting: bool,
     pub(super) exit: Option<ExitInfo>,
+    /// Why its start failed, once it did: its exit is then recorded as that (`ending.rs`).
+    pub(super) start_error: Option<String>,
     pub(super) log: Rc<RefCell<LogFile>>,
     pub(super) relays: Vec<Rc<RefCell<Relay>>>,
     /// Clients attached to the container's output.

@@ -190,8 +190,8 @@ fn await_start(
             Err(why) => format!("{why}\n"),
         };
         let _ = stream.write_all(answer.as_bytes());
-        // 128, as runc and runsc end a start that failed.
-        return started.map_err(|_| 128);
+        // As runc and runsc end a start that failed.
+        return started.map_err(|_| crate::monitor::START_FAILED_CODE);
     }
 }
 
