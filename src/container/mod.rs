@@ -37,6 +37,7 @@ mod update;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -287,10 +288,12 @@ struct Entry {
     /// container wait in `pending_exit`. A container whose start the daemon died before
     /// recording (still Created on disk, started in its monitor) has its exit applied at once.
     starting: std::sync::atomic::AtomicBool,
+    /// The table's count of changes (`Containers::changes`), moved by each commit.
+    changes: Arc<AtomicU64>,
 }
 
 impl Entry {
-    fn new(record: ContainerRecord) -> Arc<Entry> {
+    fn new(record: ContainerRecord, changes: Arc<AtomicU64>) -> Arc<Entry> {
         let (exited, _) = tokio::sync::watch::channel(record.phase == Phase::Exited);
         Arc::new(Entry {
             op: Arc::new(tokio::sync::Mutex::new(())),
@@ -299,6 +302,7 @@ impl Entry {
             exec_template: Mutex::new(None),
             pending_exit: Mutex::new(None),
             starting: std::sync::atomic::AtomicBool::new(false),
+            changes,
         })
     }
 
@@ -321,6 +325,8 @@ impl Entry {
         crate::store::save(&ctx.record_path(&next.id), &next)?;
         let exited = next.phase == Phase::Exited;
         *current = Arc::new(next);
+        // After the new record is in place: whoever reads the count first lists it.
+        self.changes.fetch_add(1, Ordering::Release);
         if exited {
             self.exited.send_replace(true);
         }
@@ -356,6 +362,8 @@ pub struct Containers {
     stats: stats::StatsState,
     /// Removed containers whose resources are still being reclaimed (`ending/remove.rs`).
     reclaims: remove::Reclaims,
+    /// Moves whenever a record is added, replaced or removed (see `changes`).
+    changes: Arc<AtomicU64>,
 }
 
 impl Containers {
@@ -373,7 +381,15 @@ impl Containers {
             events: crate::events::Hub::default(),
             stats: Default::default(),
             reclaims: Default::default(),
+            changes: Arc::default(),
         })
+    }
+
+    /// A count that moves after every change to the listed records: a list made after reading
+    /// it holds every change made before, so an answer kept with the count it was made at is
+    /// current while the count stays.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     pub fn context(&self) -> &ContainerContext {
@@ -464,13 +480,14 @@ impl Containers {
     }
 
     fn insert(&self, record: ContainerRecord) -> Arc<Entry> {
-        let entry = Entry::new(record.clone());
+        let entry = Entry::new(record.clone(), self.changes.clone());
         let mut table = self.table();
         table.names.insert(
             (record.pod_id.clone(), record.spec.metadata.clone()),
             record.id.clone(),
         );
         table.by_id.insert(record.id, entry.clone());
+        self.changes.fetch_add(1, Ordering::Release);
         entry
     }
 

@@ -81,12 +81,18 @@ impl RuntimeServer {
         req: pb::ListContainersRequest,
     ) -> pb::ListContainersResponse {
         let filter = convert::container_filter(req.filter);
-        let listed = self.containers.list(&filter);
-        pb::ListContainersResponse::encoded(self.listed.containers.encode(
-            &listed,
-            |r| (r.id.as_str(), r),
-            |r| convert::container(r),
-        ))
+        let memo = &self.listed.containers;
+        type Record = std::sync::Arc<crate::container::ContainerRecord>;
+        fn id(r: &Record) -> (&str, &Record) {
+            (r.id.as_str(), r)
+        }
+        let convert = |r: &Record| convert::container(r);
+        pb::ListContainersResponse::encoded(if filter.is_empty() {
+            let changes = self.containers.changes();
+            memo.unfiltered(changes, || self.containers.list(&filter), id, convert)
+        } else {
+            memo.encode(&self.containers.list(&filter), id, convert)
+        })
     }
 
     pub(super) fn container_status_rpc(

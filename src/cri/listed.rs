@@ -10,6 +10,11 @@
 //! the version they were made from, and a relist copies bytes for the objects that did not
 //! change.
 //!
+//! An unfiltered list (kubelet's relist asks for everything) is also kept whole, as one piece
+//! of bytes, with the table's count of changes it was made at: while no record changed, a
+//! relist is that count's read and one pointer's copy, not a walk of every record. The kept
+//! objects' bytes are pieces of that one buffer, so it costs no second copy.
+//!
 //! The answer types stand in for the generated ones (`build.rs` maps them with
 //! `extern_path`): on the wire they are the same messages, and a client decodes them into
 //! their `items` / `containers` as before.
@@ -30,17 +35,66 @@ const LIST_FIELD: u32 = 1;
 /// the version of its record it was made from.
 pub struct Memo<R> {
     by_id: Mutex<HashMap<String, (Arc<R>, Bytes)>>,
+    /// The unfiltered answer, and the count of changes it was made at.
+    whole: Mutex<Option<(u64, Bytes)>>,
 }
 
 impl<R> Default for Memo<R> {
     fn default() -> Self {
         Memo {
             by_id: Mutex::default(),
+            whole: Mutex::default(),
         }
     }
 }
 
 impl<R> Memo<R> {
+    /// The unfiltered answer's elements: the kept answer while the table's count of changes is
+    /// still `changes` (read before listing), else `list`ed and encoded as `encode` does.
+    pub fn unfiltered<T, M: Message>(
+        &self,
+        changes: u64,
+        list: impl FnOnce() -> Vec<T>,
+        record: impl Fn(&T) -> (&str, &Arc<R>),
+        convert: impl Fn(&T) -> M,
+    ) -> Vec<Bytes> {
+        if let Some((at, kept)) = &*self.whole.lock().unwrap_or_else(|e| e.into_inner()) {
+            if *at == changes {
+                return vec![kept.clone()];
+            }
+        }
+        let items = list();
+        let elements = self.encode(&items, &record, convert);
+        let mut all = BytesMut::with_capacity(elements.iter().map(Bytes::len).sum());
+        for e in &elements {
+            all.extend_from_slice(e);
+        }
+        let all = all.freeze();
+        self.share(&items, &record, &all);
+        *self.whole.lock().unwrap_or_else(|e| e.into_inner()) = Some((changes, all.clone()));
+        vec![all]
+    }
+
+    /// Points each kept object's bytes into `all` (their concatenation, in the order of
+    /// `items`), so that the pieces they were copied from are freed.
+    fn share<T>(&self, items: &[T], record: impl Fn(&T) -> (&str, &Arc<R>), all: &Bytes) {
+        let mut memo = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = 0;
+        for item in items {
+            let (id, current) = record(item);
+            let Some((kept, bytes)) = memo.get_mut(id) else {
+                return;
+            };
+            let end = at + bytes.len();
+            // Another list may have replaced it meanwhile (its record changed): left as it is.
+            if !Arc::ptr_eq(kept, current) || end > all.len() {
+                return;
+            }
+            *bytes = all.slice(at..end);
+            at = end;
+        }
+    }
+
     /// The encoded elements for `items` in their order: kept bytes where an item's record is the
     /// version they were made from, `convert` and encode otherwise.
     pub fn encode<T, M: Message>(
@@ -212,6 +266,39 @@ mod tests {
         table.pop();
         assert_eq!(list(&memo, &table).len(), 1);
         assert_eq!(memo.len(), 1, "the removed container's bytes are let go");
+    }
+
+    fn unfiltered(memo: &Memo<Record>, changes: u64, table: &[Arc<Record>]) -> Vec<pb::Container> {
+        let listed = memo.unfiltered(
+            changes,
+            || table.to_vec(),
+            |r| (r.id.as_str(), r),
+            container,
+        );
+        let answer = ListContainersResponse::encoded(listed);
+        ListContainersResponse::decode(answer.encode_to_vec().as_slice())
+            .unwrap()
+            .containers
+    }
+
+    #[test]
+    fn the_unfiltered_answer_is_kept_until_the_count_of_changes_moves() {
+        let memo = Memo::default();
+        let mut table = vec![record("a", true), record("b", true)];
+        let want: Vec<_> = table.iter().map(container).collect();
+        assert_eq!(unfiltered(&memo, 1, &table), want);
+        // Same count: the kept answer, whatever the table says (the count is what tells).
+        table[0] = record("a", false);
+        assert_eq!(unfiltered(&memo, 1, &table), want);
+        // A change counted: listed again, the changed object encoded anew.
+        let want: Vec<_> = table.iter().map(container).collect();
+        assert_eq!(unfiltered(&memo, 2, &table), want);
+        assert_eq!(want[0].state, 2);
+        // The objects' kept bytes are pieces of the whole answer, and still serve a filtered
+        // list.
+        assert_eq!(list(&memo, &table[1..]), want[1..]);
+        table.pop();
+        assert_eq!(unfiltered(&memo, 3, &table), want[..1]);
     }
 
     #[test]

@@ -161,12 +161,17 @@ impl RuntimeService for RuntimeServer {
         req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
         let filter = convert::sandbox_filter(req.into_inner().filter);
-        let listed = self.sandboxes.list(&filter);
-        let items = self.listed.sandboxes.encode(
-            &listed,
-            |v| (v.record.id.as_str(), &v.record),
-            convert::sandbox,
-        );
+        let memo = &self.listed.sandboxes;
+        fn id(v: &crate::sandbox::SandboxView) -> (&str, &Arc<crate::sandbox::SandboxRecord>) {
+            (v.record.id.as_str(), &v.record)
+        }
+        let items = if filter.is_empty() {
+            let changes = self.sandboxes.changes();
+            let list = || self.sandboxes.list(&filter);
+            memo.unfiltered(changes, list, id, convert::sandbox)
+        } else {
+            memo.encode(&self.sandboxes.list(&filter), id, convert::sandbox)
+        };
         Ok(Response::new(pb::ListPodSandboxResponse::encoded(items)))
     }
 

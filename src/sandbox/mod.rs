@@ -30,6 +30,7 @@ mod validate;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -247,6 +248,8 @@ pub struct Sandboxes {
     table: Mutex<Table>,
     /// The previous CPU reading per pod, for PodSandboxStats' rate.
     cpu_rates: crate::stats::CpuRates,
+    /// Moves whenever a record is added, replaced or removed (see `changes`).
+    changes: AtomicU64,
 }
 
 impl Sandboxes {
@@ -255,7 +258,15 @@ impl Sandboxes {
             ctx: Arc::new(ctx),
             table: Mutex::new(Table::default()),
             cpu_rates: crate::stats::CpuRates::default(),
+            changes: AtomicU64::new(0),
         })
+    }
+
+    /// A count that moves after every change to the listed records: a list made after reading
+    /// it holds every change made before, so an answer kept with the count it was made at is
+    /// current while the count stays.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     pub fn context(&self) -> &SandboxContext {
@@ -332,6 +343,7 @@ impl Sandboxes {
             .names
             .insert(record.spec.metadata.clone(), record.id.clone());
         table.by_id.insert(record.id, entry.clone());
+        self.changes.fetch_add(1, Ordering::Release);
         entry
     }
 
@@ -353,6 +365,8 @@ impl Sandboxes {
         self.save(&next)?;
         let next = Arc::new(next);
         *entry.record.lock().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        // After the new record is in place: whoever reads the count first lists it.
+        self.changes.fetch_add(1, Ordering::Release);
         Ok(next)
     }
 }

@@ -54,6 +54,8 @@ impl Containers {
             {
                 let mut table = me.table();
                 table.by_id.remove(&held.id);
+                me.changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 let key = (record.pod_id.clone(), record.spec.metadata.clone());
                 if table.names.get(&key) == Some(&held.id) {
                     table.names.remove(&key);

@@ -19,6 +19,17 @@ pub struct ContainerFilter {
 }
 
 impl ContainerFilter {
+    /// Nothing to match: every object is listed.
+    pub fn is_empty(&self) -> bool {
+        let Self {
+            id,
+            pod_id,
+            state,
+            labels,
+        } = self;
+        id.is_none() && pod_id.is_none() && state.is_none() && labels.is_empty()
+    }
+
     fn matches(&self, r: &ContainerRecord) -> bool {
         self.id
             .as_ref()

@@ -47,6 +47,8 @@ impl Sandboxes {
         self.cpu_rates.forget(&held.id);
         let mut table = self.table();
         table.by_id.remove(&held.id);
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         if table.names.get(&record.spec.metadata) == Some(&held.id) {
             table.names.remove(&record.spec.metadata);
         }

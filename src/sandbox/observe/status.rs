@@ -17,6 +17,12 @@ pub struct SandboxFilter {
 }
 
 impl SandboxFilter {
+    /// Nothing to match: every object is listed.
+    pub fn is_empty(&self) -> bool {
+        let Self { id, ready, labels } = self;
+        id.is_none() && ready.is_none() && labels.is_empty()
+    }
+
     fn matches(&self, r: &SandboxRecord) -> bool {
         self.id
             .as_ref()
