@@ -74,6 +74,10 @@ pub struct MonitorConfig {
     /// The pod's user namespace maps; `None`: the node's user namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_maps: Option<crate::model::IdMaps>,
+    /// Where the node's cgroup v1 hierarchies are mounted, as the daemon read them (empty on
+    /// cgroup v2): libcontainer's processes find them here instead of in the mount table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_v1_mounts: Vec<PathBuf>,
 }
 
 impl Request {

@@ -40,6 +40,11 @@ pub fn main() -> i32 {
 }
 
 fn run(config: MonitorConfig) -> i32 {
+    // Before any worker is forked: they and the processes libcontainer clones from them
+    // inherit it (third_party/libcgroups/CRUST.md).
+    if !config.cgroup_v1_mounts.is_empty() {
+        libcgroups::v1::util::know_cgroup_mounts(config.cgroup_v1_mounts.clone());
+    }
     // SIGCHLD stays blocked for the monitor's whole life and is read from a signalfd, so no
     // child's exit can slip by between setup and the serve loop. (Runtime workers unblock it
     // before anything of theirs can reach a container.)

@@ -339,6 +339,7 @@ async fn bring_up(
             .map(|(k, v)| (validate::sysctl_path(k), v.clone()))
             .collect(),
         id_maps: record.spec.id_maps(),
+        cgroup_v1_mounts: ctx.cgroups.v1_mounts(),
     };
     let started = Timed::start("monitor ready");
     let handle = monitor::spawn(&ctx.exe, &config, ctx.monitor_timeout)

@@ -120,6 +120,7 @@ pub fn spawn(job: Job, log: &Path) -> std::io::Result<Spawned> {
             "the monitor has more than one thread; refusing to fork",
         ));
     }
+    know_cgroup_mounts();
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     match sys::fork_single_threaded()? {
         ForkResult::Child => {
@@ -166,6 +167,26 @@ pub async fn receive_console(listener: Option<tokio::net::UnixListener>) -> Opti
     let stream = stream.into_std().ok()?;
     stream.set_nonblocking(false).ok()?;
     sys::receive_fd(&stream).ok()
+}
+
+/// On cgroup v1, makes sure the monitor knows where the hierarchies are mounted before it forks
+/// a worker: libcgroups keeps the answer (third_party/libcgroups/CRUST.md), so the worker and
+/// the intermediate and init processes libcontainer clones from it inherit it. Each of them
+/// read the whole mount table for itself before (twice per container), milliseconds each on a
+/// node with hundreds of overlays, a large share of a burst of pods' CPU. The daemon's list
+/// (`MonitorConfig::cgroup_v1_mounts`) is taken at the monitor's start; without it the monitor
+/// reads the table once here. A failed read is left to the processes that need it, which fail
+/// as before.
+fn know_cgroup_mounts() {
+    static KNOWN: std::sync::Once = std::sync::Once::new();
+    KNOWN.call_once(|| {
+        let setup = libcgroups::common::get_cgroup_setup();
+        if matches!(setup, Ok(libcgroups::common::CgroupSetup::Unified)) {
+            return;
+        }
+        let cpu = libcgroups::v1::ControllerType::Cpu;
+        let _ = libcgroups::v1::util::get_subsystem_mount_point(&cpu);
+    });
 }
 
 fn child_main(job: Job, result: OwnedFd, log: &Path) -> ! {

@@ -57,6 +57,16 @@ impl CgroupSettings {
         }
     }
 
+    /// Where the node's cgroup v1 hierarchies are mounted (empty on cgroup v2, or when the
+    /// mount table cannot be read): read once per daemon (libcgroups keeps it) and handed to
+    /// each pod's monitor, whose workers would otherwise each read the whole mount table.
+    pub fn v1_mounts(&self) -> Vec<PathBuf> {
+        if self.unified {
+            return Vec::new();
+        }
+        libcgroups::v1::util::list_subsystem_mount_points().unwrap_or_default()
+    }
+
     /// The pod cgroup's name for `parent` (the request's `cgroup_parent`, maybe empty).
     pub fn pod_path(&self, parent: &str, id: &str) -> String {
         let parent = if parent.is_empty() {

@@ -23,28 +23,10 @@ pub enum V1MountPointError {
 }
 
 /// List all cgroup v1 subsystem mount points on the system. This can include unsupported
-/// subsystems, comounted controllers and named hierarchies.
+/// subsystems, comounted controllers and named hierarchies. crust: from the mount table read
+/// once per process, as `get_subsystem_mount_point`.
 pub fn list_subsystem_mount_points() -> Result<Vec<PathBuf>, V1MountPointError> {
-    let reader = BufReader::new(ProcfsHandle::new()?.open(
-        ProcfsBase::ProcSelf,
-        "mountinfo",
-        OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC,
-    )?);
-
-    reader
-        .lines()
-        .map(|lr| {
-            lr.map_err(V1MountPointError::Io)
-                .and_then(|line| MountInfo::from_line(&line).map_err(V1MountPointError::MountInfo))
-        })
-        .try_fold(Vec::new(), |mut mount_points, r| {
-            r.map(|m| {
-                if m.fs_type == "cgroup" {
-                    mount_points.push(m.mount_point);
-                }
-                mount_points
-            })
-        })
+    Ok(cgroup_mounts()?.all.clone())
 }
 
 /// List the mount points of all currently supported cgroup subsystems.
@@ -66,17 +48,8 @@ pub fn list_supported_mount_points() -> Result<HashMap<ControllerType, PathBuf>,
 /// a runtime runs, and on a node with hundreds of containers each read of
 /// /proc/self/mountinfo costs milliseconds, a dozen times per cgroup manager.
 pub fn get_subsystem_mount_point(subsystem: &ControllerType) -> Result<PathBuf, V1MountPointError> {
-    static MOUNT_POINTS: std::sync::OnceLock<HashMap<ControllerType, PathBuf>> =
-        std::sync::OnceLock::new();
-    let points = match MOUNT_POINTS.get() {
-        Some(points) => points,
-        None => {
-            // A failed read is not kept: the next call reads again.
-            let read = read_subsystem_mount_points()?;
-            MOUNT_POINTS.get_or_init(|| read)
-        }
-    };
-    points
+    cgroup_mounts()?
+        .by_subsystem
         .get(subsystem)
         .cloned()
         .ok_or(V1MountPointError::NotFound {
@@ -84,28 +57,75 @@ pub fn get_subsystem_mount_point(subsystem: &ControllerType) -> Result<PathBuf, 
         })
 }
 
-/// Every supported subsystem's mount point, from one read of the mount table: for each, the
-/// first `cgroup` mount that holds it, as the per-subsystem search found it before.
-fn read_subsystem_mount_points() -> Result<HashMap<ControllerType, PathBuf>, V1MountPointError> {
+/// The `cgroup` mounts of the mount table, as one read found them.
+struct CgroupMounts {
+    /// Every one, in the table's order.
+    all: Vec<PathBuf>,
+    /// Each supported subsystem's: the first that holds it.
+    by_subsystem: HashMap<ControllerType, PathBuf>,
+}
+
+/// The `cgroup` mounts, read once per process. A process that reads them before it forks
+/// (crust's pod monitor) spares its children the read. A failed read is not kept: the next
+/// call reads again.
+fn cgroup_mounts() -> Result<&'static CgroupMounts, V1MountPointError> {
+    let kept = cgroup_mounts_kept();
+    if let Some(mounts) = kept.get() {
+        return Ok(mounts);
+    }
+    let read = read_cgroup_mounts()?;
+    Ok(kept.get_or_init(|| read))
+}
+
+fn cgroup_mounts_kept() -> &'static std::sync::OnceLock<CgroupMounts> {
+    static MOUNTS: std::sync::OnceLock<CgroupMounts> = std::sync::OnceLock::new();
+    &MOUNTS
+}
+
+/// crust: takes `all`, the `cgroup` mounts in the mount table's order as another process read
+/// them (`list_subsystem_mount_points`), in place of this process's own read. No effect once
+/// they are known.
+pub fn know_cgroup_mounts(all: Vec<PathBuf>) {
+    let mut mounts = CgroupMounts {
+        all: Vec::new(),
+        by_subsystem: HashMap::with_capacity(CONTROLLERS.len()),
+    };
+    for mount_point in all {
+        mounts.add(mount_point);
+    }
+    let _ = cgroup_mounts_kept().set(mounts);
+}
+
+fn read_cgroup_mounts() -> Result<CgroupMounts, V1MountPointError> {
     let reader = BufReader::new(ProcfsHandle::new()?.open(
         ProcfsBase::ProcSelf,
         "mountinfo",
         OpenFlags::O_RDONLY | OpenFlags::O_CLOEXEC,
     )?);
-    let mut points = HashMap::with_capacity(CONTROLLERS.len());
+    let mut mounts = CgroupMounts {
+        all: Vec::new(),
+        by_subsystem: HashMap::with_capacity(CONTROLLERS.len()),
+    };
     for line in reader.lines() {
         let line = line.map_err(V1MountPointError::Io)?;
         let m = MountInfo::from_line(&line).map_err(V1MountPointError::MountInfo)?;
-        if m.fs_type != "cgroup" {
-            continue;
-        }
-        for subsystem in CONTROLLERS {
-            if !points.contains_key(subsystem) && holds(&m.mount_point, subsystem) {
-                points.insert(*subsystem, m.mount_point.clone());
-            }
+        if m.fs_type == "cgroup" {
+            mounts.add(m.mount_point);
         }
     }
-    Ok(points)
+    Ok(mounts)
+}
+
+impl CgroupMounts {
+    /// The next `cgroup` mount in the table's order.
+    fn add(&mut self, mount_point: PathBuf) {
+        for subsystem in CONTROLLERS {
+            if !self.by_subsystem.contains_key(subsystem) && holds(&mount_point, subsystem) {
+                self.by_subsystem.insert(*subsystem, mount_point.clone());
+            }
+        }
+        self.all.push(mount_point);
+    }
 }
 
 /// Whether a cgroup mount at `mount_point` is `subsystem`'s hierarchy, by its name.
