@@ -237,8 +237,12 @@ mod tests {
     }
 
     fn list(memo: &Memo<Record>, table: &[Arc<Record>]) -> Vec<pb::Container> {
-        let answer =
-            ListContainersResponse::encoded(memo.encode(table, |r| (r.id.as_str(), r), container));
+        decoded(memo.encode(table, |r| (r.id.as_str(), r), container))
+    }
+
+    /// What a client decodes of an answer made of `elements`.
+    fn decoded(elements: Vec<Bytes>) -> Vec<pb::Container> {
+        let answer = ListContainersResponse::encoded(elements);
         ListContainersResponse::decode(answer.encode_to_vec().as_slice())
             .unwrap()
             .containers
@@ -269,16 +273,12 @@ mod tests {
     }
 
     fn unfiltered(memo: &Memo<Record>, changes: u64, table: &[Arc<Record>]) -> Vec<pb::Container> {
-        let listed = memo.unfiltered(
+        decoded(memo.unfiltered(
             changes,
             || table.to_vec(),
             |r| (r.id.as_str(), r),
             container,
-        );
-        let answer = ListContainersResponse::encoded(listed);
-        ListContainersResponse::decode(answer.encode_to_vec().as_slice())
-            .unwrap()
-            .containers
+        ))
     }
 
     #[test]
