@@ -61,7 +61,10 @@ pub async fn end_failed_start(monitor: &Monitor, id: &str, error: &str) -> Optio
         let mut workloads = monitor.workloads.borrow_mut();
         let w = workloads.get_mut(id)?;
         w.start_error = Some(message.clone());
-        w.exit.as_mut().map(|exit| mark(exit, message))
+        w.exit.as_mut().map(|exit| {
+            mark_failed_start(exit, message);
+            exit.clone()
+        })
     };
     let Some(already) = exited else {
         // A stand-in ends on its own (it blocks the kill's signal by then); libcontainer's or
@@ -88,15 +91,15 @@ pub async fn end_failed_start(monitor: &Monitor, id: &str, error: &str) -> Optio
     Some(already)
 }
 
-/// `exit` as a failed start's, the one `process_exited` records once `start_error` is set.
-fn mark(exit: &mut ExitInfo, message: String) -> ExitInfo {
+/// `exit` as a failed start's: what `process_exited` records once `start_error` is set, and
+/// what an exit reaped before the start's failure was known becomes.
+pub(super) fn mark_failed_start(exit: &mut ExitInfo, message: String) {
     exit.code = START_FAILED_CODE;
     exit.signal = None;
     exit.oom_killed = false;
     exit.oom_scope = None;
     exit.start_failed = true;
     exit.message = message;
-    exit.clone()
 }
 
 /// Waits until container `id`'s main process is reaped (or the container is forgotten), at most

@@ -14,14 +14,12 @@ use nix::unistd::Pid;
 
 use super::Workload;
 pub use super::ending::kill;
-use super::ending::{KILL_WAIT, end_failed_start, kill_cgroup, reaped};
+use super::ending::{KILL_WAIT, end_failed_start, kill_cgroup, mark_failed_start, reaped};
 use super::logs::{self, LogFile, Relay, Stream};
 use super::oom::{OomWatch, oom_kills};
 use super::worker::{self, Job, Outcome, Stdio};
 use crate::monitor::state::{Monitor, err, failed_as_logged, log, now_nanos};
-use crate::monitor::{
-    CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply, START_FAILED_CODE,
-};
+use crate::monitor::{CreateRequest, EXIT_FILE, Event, ExitInfo, Fault, RUNTIME_LOG, Reply};
 
 /// What the monitor keeps of the container's standard streams.
 struct Ours {
@@ -390,12 +388,6 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         }
         // Its output is all out: attached clients are done.
         w.attachers.borrow_mut().clear();
-        // A start that failed ends the container as runc's does, whatever ended the process.
-        let start_error = w.start_error.clone();
-        let (code, signal) = match start_error {
-            Some(_) => (START_FAILED_CODE, None),
-            None => (code, signal),
-        };
         let clean = code == 0 && signal.is_none();
         // What the watch saw first: with the systemd driver the cgroup may be gone by now.
         let sigkill = signal == Some(Signal::SIGKILL as i32);
@@ -406,15 +398,19 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
         monitor.oom_kills.set(monitor.oom_kills.get() + watched);
         let oom_killed =
             !clean && (watched > 0 || w.req.memory_cgroup.as_deref().is_some_and(oom_kills));
-        let exit = ExitInfo {
+        let mut exit = ExitInfo {
             code,
             signal,
             finished_at: now_nanos(),
             oom_killed,
             oom_scope: watch.filter(|_| oom_killed).map(|o| o.scope_at_exit()),
-            start_failed: start_error.is_some(),
-            message: start_error.unwrap_or_default(),
+            start_failed: false,
+            message: String::new(),
         };
+        // A start that failed ends the container as runc's does, whatever ended the process.
+        if let Some(message) = w.start_error.clone() {
+            mark_failed_start(&mut exit, message);
+        }
         let path = w.req.dir.join(EXIT_FILE);
         if let Err(e) = crate::store::save(&path, &exit) {
             log(&format!("recording the exit of {id}: {e}"));
