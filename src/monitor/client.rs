@@ -210,6 +210,16 @@ impl MonitorHandle {
     /// ends the wait at once. No EOF need come: a created container's process holds a copy of
     /// the connection until it starts.
     async fn ask(&self, req: &Request, timeout: Duration) -> Result<Reply, MonitorError> {
+        self.unless_died(request(&self.dir, req, timeout)).await
+    }
+
+    /// `work`, a conversation with the monitor, unless the monitor dies first. A dead
+    /// monitor's listening socket can outlive it in a created container's process, so a
+    /// connection made after the death is accepted by the kernel and never answered.
+    async fn unless_died<T>(
+        &self,
+        work: impl Future<Output = Result<T, MonitorError>>,
+    ) -> Result<T, MonitorError> {
         let died = async {
             if self.exited().await.is_err() {
                 std::future::pending::<()>().await;
@@ -218,7 +228,7 @@ impl MonitorHandle {
         tokio::select! {
             // A reply written before the monitor died is still read.
             biased;
-            reply = request(&self.dir, req, timeout) => match reply {
+            reply = work => match reply {
                 Err(MonitorError::Io(e)) if connection_lost(&e) && self.gone_soon().await => {
                     Err(MonitorError::Died(self.identity.pid))
                 }
@@ -264,9 +274,14 @@ impl MonitorHandle {
             reader.read_line(&mut first).await?;
             Ok::<_, std::io::Error>((reader, first))
         };
-        let (reader, first) = tokio::time::timeout(timeout, open)
-            .await
-            .map_err(|_| MonitorError::Timeout(timeout))??;
+        let (reader, first) = self
+            .unless_died(async {
+                tokio::time::timeout(timeout, open)
+                    .await
+                    .map_err(|_| MonitorError::Timeout(timeout))?
+                    .map_err(MonitorError::Io)
+            })
+            .await?;
         match serde_json::from_str(&first) {
             Ok(Reply::Snapshot { containers }) => Ok((containers, Subscription { reader })),
             Ok(other) => Err(unexpected(other)),
@@ -313,9 +328,12 @@ impl MonitorHandle {
         (child_of_monitor && super::is_alive(&self.identity)).then_some(fd)
     }
 
-    /// Resolves when the monitor process exits.
+    /// Resolves when the monitor process exits (at once if it was reaped already).
     pub async fn exited(&self) -> std::io::Result<()> {
-        let pidfd = crate::sys::pidfd_open(self.identity.pid)?;
+        let pidfd = match crate::sys::pidfd_open(self.identity.pid) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
+            other => other?,
+        };
         if !super::is_alive(&self.identity) {
             return Ok(());
         }
@@ -442,5 +460,51 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(": ("), "{text}");
+    }
+
+    /// A monitor that died while a created container's process still holds its listening
+    /// socket: connections are accepted by the kernel and never answered.
+    fn dead_monitor_with_its_socket_held() -> (
+        tempfile::TempDir,
+        std::os::unix::net::UnixListener,
+        MonitorHandle,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let held = std::os::unix::net::UnixListener::bind(dir.path().join(SOCKET)).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let start_time = super::super::process_start_time(pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let identity = Identity {
+            pid,
+            start_time,
+            init_pid: None,
+        };
+        let handle = MonitorHandle {
+            identity,
+            dir: dir.path().to_owned(),
+        };
+        (dir, held, handle)
+    }
+
+    #[tokio::test]
+    async fn a_dead_monitor_s_held_socket_does_not_stall_a_subscription_or_a_request() {
+        let (_dir, _held, monitor) = dead_monitor_with_its_socket_held();
+        let patience = Duration::from_secs(30);
+        let began = std::time::Instant::now();
+        let subscribed = monitor.subscribe(patience).await;
+        assert!(
+            matches!(subscribed, Err(MonitorError::Died(_))),
+            "{:?}",
+            subscribed.err()
+        );
+        let pinged = monitor.ping(patience).await;
+        assert!(matches!(pinged, Err(MonitorError::Died(_))), "{pinged:?}");
+        // Each would have waited out its 30 s for an answer from no one.
+        assert!(began.elapsed() < patience, "{:?}", began.elapsed());
     }
 }
