@@ -216,7 +216,7 @@ impl MonitorHandle {
     /// `work`, a conversation with the monitor, unless the monitor dies first. A dead
     /// monitor's listening socket can outlive it in a created container's process, so a
     /// connection made after the death is accepted by the kernel and never answered.
-    async fn unless_died<T>(
+    pub(super) async fn unless_died<T>(
         &self,
         work: impl Future<Output = Result<T, MonitorError>>,
     ) -> Result<T, MonitorError> {
@@ -492,7 +492,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_dead_monitor_s_held_socket_does_not_stall_a_subscription_or_a_request() {
+    async fn a_dead_monitor_s_held_socket_stalls_no_subscription_request_or_session() {
         let (_dir, _held, monitor) = dead_monitor_with_its_socket_held();
         let patience = Duration::from_secs(30);
         let began = std::time::Instant::now();
@@ -504,6 +504,12 @@ mod tests {
         );
         let pinged = monitor.ping(patience).await;
         assert!(matches!(pinged, Err(MonitorError::Died(_))), "{pinged:?}");
+        let attached = monitor.attach_session("c", false, patience).await;
+        assert!(
+            matches!(attached, Err(MonitorError::Died(_))),
+            "{:?}",
+            attached.err()
+        );
         // Each would have waited out its 30 s for an answer from no one.
         assert!(began.elapsed() < patience, "{:?}", began.elapsed());
     }

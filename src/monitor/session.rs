@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::client::MonitorError;
+use super::client::{MonitorError, MonitorHandle};
 use super::{ExecStreamRequest, Reply, Request, SOCKET, frame};
 
 /// An open streaming request.
@@ -26,27 +26,30 @@ pub struct Session {
     pub reply: Reply,
 }
 
-/// Starts a streaming exec in the monitor of sandbox directory `dir`.
-pub async fn exec(
-    dir: &Path,
-    req: ExecStreamRequest,
-    timeout: Duration,
-) -> Result<Session, MonitorError> {
-    open(dir, &Request::ExecStream(Box::new(req)), timeout).await
-}
+impl MonitorHandle {
+    /// Starts a streaming exec in the container, unless the monitor dies first.
+    pub async fn exec_session(
+        &self,
+        req: ExecStreamRequest,
+        timeout: Duration,
+    ) -> Result<Session, MonitorError> {
+        let req = Request::ExecStream(Box::new(req));
+        self.unless_died(open(&self.dir, &req, timeout)).await
+    }
 
-/// Attaches to a container in the monitor of sandbox directory `dir`.
-pub async fn attach(
-    dir: &Path,
-    id: &str,
-    stdin: bool,
-    timeout: Duration,
-) -> Result<Session, MonitorError> {
-    let req = Request::Attach {
-        id: id.to_owned(),
-        stdin,
-    };
-    open(dir, &req, timeout).await
+    /// Attaches to container `id`, unless the monitor dies first.
+    pub async fn attach_session(
+        &self,
+        id: &str,
+        stdin: bool,
+        timeout: Duration,
+    ) -> Result<Session, MonitorError> {
+        let req = Request::Attach {
+            id: id.to_owned(),
+            stdin,
+        };
+        self.unless_died(open(&self.dir, &req, timeout)).await
+    }
 }
 
 async fn open(dir: &Path, req: &Request, timeout: Duration) -> Result<Session, MonitorError> {

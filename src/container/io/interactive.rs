@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::container::monitor_of;
 use crate::container::{ContainerError, ContainerRecord, Containers, Phase};
-use crate::monitor::{ExecStreamRequest, Reply, frame, session};
+use crate::monitor::{ExecStreamRequest, Reply, frame};
 
 /// How long output may still come after an exec's process exited (a child it left behind
 /// may hold its stdout open for good).
@@ -79,7 +79,8 @@ impl Containers {
         };
         let pod = self.sandboxes.get(&record.pod_id)?;
         let monitor = monitor_of(&pod)?;
-        let mut session = session::exec(&monitor.dir, req, self.ctx.monitor_timeout)
+        let mut session = monitor
+            .exec_session(req, self.ctx.monitor_timeout)
             .await
             .map_err(ContainerError::monitor(&record.id, "starting the command"))?;
         let fds = std::mem::take(&mut session.fds);
@@ -98,14 +99,10 @@ impl Containers {
         let pod = self.sandboxes.get(&record.pod_id)?;
         let monitor = monitor_of(&pod)?;
         let wants_stdin = io.stdin.is_some();
-        let mut session = session::attach(
-            &monitor.dir,
-            &record.id,
-            wants_stdin,
-            self.ctx.monitor_timeout,
-        )
-        .await
-        .map_err(ContainerError::monitor(&record.id, "attaching"))?;
+        let mut session = monitor
+            .attach_session(&record.id, wants_stdin, self.ctx.monitor_timeout)
+            .await
+            .map_err(ContainerError::monitor(&record.id, "attaching"))?;
         let container_tty = matches!(session.reply, Reply::Attached { tty: true });
         let fd = session.fds.pop();
         let ClientIo {
