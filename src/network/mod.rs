@@ -196,7 +196,7 @@ impl Cni {
     /// DEL before the error is returned.
     pub async fn add(&self, list: &NetworkList, att: &Attachment) -> Result<CniResult, CniError> {
         let mut prev: Option<serde_json::Value> = None;
-        for plugin in &list.plugins {
+        for plugin in list.plugins_for(att) {
             let conf = list.plugin_conf(plugin, att, prev.as_ref());
             match exec::run(self, &plugin.kind, &list.name, "ADD", att, &conf).await {
                 Ok(out) => prev = Some(out),
@@ -211,7 +211,7 @@ impl Cni {
         let raw = prev.unwrap_or_else(|| serde_json::json!({"cniVersion": list.cni_version}));
         let result = CniResult::parse(raw).map_err(|msg| CniError::PluginFailed {
             plugin: list
-                .plugins
+                .plugins_for(att)
                 .last()
                 .map(|p| p.kind.clone())
                 .unwrap_or_default(),
@@ -247,7 +247,7 @@ impl Cni {
             &gone
         };
         let mut first_err = None;
-        for plugin in list.plugins.iter().rev() {
+        for plugin in list.plugins_for(att).rev() {
             let conf = list.plugin_conf(plugin, att, prev);
             if let Err(e) = exec::run(self, &plugin.kind, &list.name, "DEL", att, &conf).await {
                 tracing::warn!(error = %e, "CNI DEL");
@@ -264,7 +264,7 @@ impl Cni {
         att: &Attachment,
         prev: &serde_json::Value,
     ) -> Result<(), CniError> {
-        for plugin in &list.plugins {
+        for plugin in list.plugins_for(att) {
             let conf = list.plugin_conf(plugin, att, Some(prev));
             exec::run(self, &plugin.kind, &list.name, "CHECK", att, &conf).await?;
         }
