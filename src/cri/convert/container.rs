@@ -406,7 +406,13 @@ pub fn container(r: &ContainerRecord) -> pb::Container {
         id: r.id.clone(),
         pod_sandbox_id: r.pod_id.clone(),
         metadata: Some(metadata(&r.spec.metadata)),
-        image: Some(image_spec(r)),
+        // The id goes once, in `image_id`: kubelet reads the list's `image.image`,
+        // `image_ref` and `image_id`, never `image.image_ref`, and containerd's list leaves it
+        // empty too. A relist of 330 containers is 24 KiB (a sixth) smaller for it.
+        image: Some(pb::ImageSpec {
+            image_ref: String::new(),
+            ..image_spec(r)
+        }),
         image_ref: r.image.reference.clone(),
         state: state(r.phase),
         created_at: r.created_at,
