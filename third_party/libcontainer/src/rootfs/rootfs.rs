@@ -62,7 +62,12 @@ impl RootFS {
 
         let mounter = Mount::new();
 
-        mounter.make_parent_mount_private(rootfs)?;
+        // crust: a root made (r)slave or (r)private above leaves no shared mount in this
+        // namespace, so the rootfs' parent cannot be one; finding it reads the whole mount
+        // table, whose size grows with the node's pods. Only a shared root needs the check.
+        if flags.contains(MsFlags::MS_SHARED) {
+            mounter.make_parent_mount_private(rootfs)?;
+        }
 
         tracing::debug!("mount root fs {:?}", rootfs);
         self.syscall
