@@ -330,6 +330,15 @@ impl Images {
             let sealed = self.seal(p).await;
             result = result.and(sealed);
         }
+        if result.is_err() {
+            // A blob that verified is kept, moved into place by a task of its own that holds
+            // the blob's lock: a layer that failed to extract or settle let go of its task.
+            // Taking each lock once waits for them, so the pull answers with no file of its
+            // left in `ingest/`.
+            for desc in &m.layers {
+                drop(self.blob_locks.lock(&desc.digest).await);
+            }
+        }
         result
     }
 
