@@ -201,17 +201,20 @@ mod tests {
         );
     }
 
-    #[test]
-    fn portmap_runs_only_for_a_pod_with_port_mappings() {
+    /// The network list a `.conflist` of `json` loads as.
+    fn loaded(json: &str) -> NetworkList {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.conflist");
-        std::fs::write(
-            &p,
+        std::fs::write(&p, json).unwrap();
+        load_file(&p).unwrap()
+    }
+
+    #[test]
+    fn portmap_runs_only_for_a_pod_with_port_mappings() {
+        let list = loaded(
             r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"},
                 {"type":"portmap","capabilities":{"portMappings":true}},{"type":"tuning"}]}"#,
-        )
-        .unwrap();
-        let list = load_file(&p).unwrap();
+        );
         let kinds = |att: &Attachment| -> Vec<String> {
             list.plugins_for(att).map(|p| p.kind.clone()).collect()
         };
@@ -227,15 +230,10 @@ mod tests {
 
     #[test]
     fn capabilities_become_runtime_config_only_when_declared() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("a.conflist");
-        std::fs::write(
-            &p,
+        let list = loaded(
             r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"},
                 {"type":"portmap","capabilities":{"portMappings":true}}]}"#,
-        )
-        .unwrap();
-        let list = load_file(&p).unwrap();
+        );
         let prev = serde_json::json!({"cniVersion":"1.0.0"});
         let bridge = list.plugin_conf(&list.plugins[0], &att(), None);
         assert_eq!(bridge["name"], "n");
