@@ -24,6 +24,7 @@
 /// stop, remove pod).
 #[cfg(debug_assertions)]
 pub const NAMES: &[&str] = &[
+    "image.pull.blob_verified",
     "image.pull.after_blob",
     "image.pull.after_layer",
     "image.pull.before_record",

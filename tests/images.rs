@@ -730,6 +730,79 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
     assert_store_clean(&c);
 }
 
+/// A layer whose blob verified but whose extraction failed: the blob is still moved into place,
+/// by a task of its own, and the failed pull answers only once that task is done. The task is
+/// held at a failpoint with the blob still in `ingest/` until the pull says (in its debug log)
+/// that it waits for it; a pull that answered instead would leave the blob in `ingest/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pull_answers_once_its_verified_blob_is_in_place() {
+    let reg = Registry::start(Auth::None);
+    let badlink = image(
+        &[(
+            oci_build::tar(&[Node::Hardlink {
+                path: "l".into(),
+                target: "../../../etc/shadow".into(),
+            }]),
+            Comp::None,
+        )],
+        json!({}),
+        "amd64",
+    );
+    reg.push("badlink", "1", &badlink).await;
+    let markers = tempfile::tempdir().unwrap();
+    let marker = |s: &str| markers.path().join(format!("image.pull.blob_verified.{s}"));
+    // The registry's own address as the image's host: one endpoint, no fallback to try after
+    // the layer fails.
+    let c = Crust::start_with_env(
+        &mirror_config(&reg.addr, &reg.addr, ""),
+        &[
+            ("CRUST_FAILPOINT", "image.pull.blob_verified:pause"),
+            ("CRUST_FAILPOINT_DIR", markers.path().to_str().unwrap()),
+        ],
+    );
+    let mut images = c.images().await;
+    let reference = format!("{}/badlink:1", reg.addr);
+    let pulling = tokio::spawn(async move {
+        images
+            .pull_image(pb::PullImageRequest {
+                image: spec(&reference),
+                ..Default::default()
+            })
+            .await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let waiting = "waiting for the blobs that verified to be stored";
+    while !(marker("reached").exists() && c.log().contains(waiting)) {
+        assert!(
+            !pulling.is_finished(),
+            "the pull answered with its verified blob held in ingest/: {:?}",
+            std::fs::read_dir(c.root().join("images/ingest"))
+                .unwrap()
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the layer's blob never verified, or the pull never waited for it: {}",
+            c.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    std::fs::write(marker("release"), "").unwrap();
+    let e = pulling.await.unwrap().unwrap_err();
+    assert!(
+        marker("done").exists(),
+        "answered before the blob was stored"
+    );
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert_store_clean(&c);
+    let blob = badlink.layers[0].digest();
+    let hex = blob.strip_prefix("sha256:").unwrap();
+    assert!(
+        c.root().join("images/blobs/sha256").join(hex).exists(),
+        "the verified blob {blob} is kept"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_registry_aborts_the_pull() {
     let (addr, _server) = stalling_server();

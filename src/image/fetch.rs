@@ -335,6 +335,7 @@ impl Images {
             // the blob's lock: a layer that failed to extract or settle let go of its task.
             // Taking each lock once waits for them, so the pull answers with no file of its
             // left in `ingest/`.
+            tracing::debug!("a layer failed: waiting for the blobs that verified to be stored");
             for desc in &m.layers {
                 drop(self.blob_locks.lock(&desc.digest).await);
             }
@@ -369,6 +370,8 @@ impl Images {
                 let verified = self.fetch_into(src, desc, ingest).await?;
                 Ok::<Persisting, PullError>(tokio::spawn(async move {
                     let _lock = blob_lock;
+                    // A test holds the blob here, verified and still in `ingest/`.
+                    let _held = crate::failpoint_pause!("image.pull.blob_verified");
                     persist(verified, dest).await?;
                     crate::failpoint!("image.pull.after_blob");
                     Ok(())

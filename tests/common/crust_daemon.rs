@@ -36,6 +36,11 @@ impl Drop for Crust {
 impl Crust {
     /// Starts `crust serve` with `config` (TOML) and waits for its socket.
     pub fn start(config: &str) -> Crust {
+        Crust::start_with_env(config, &[])
+    }
+
+    /// Like `start`, with `env` added to the daemon's environment (a failpoint, say).
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Crust {
         assert!(
             nix::unistd::geteuid().is_root(),
             "image integration tests run the daemon and must run as root"
@@ -43,7 +48,7 @@ impl Crust {
         let dir = tempfile::tempdir().unwrap();
         let config = with_private_nri(&without_reserve(config), dir.path());
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let child = spawn(dir.path());
+        let child = spawn(dir.path(), env);
         let mut c = Crust { dir, child };
         c.wait_ready();
         c
@@ -64,7 +69,7 @@ impl Crust {
         .unwrap();
         let config = with_private_nri(&without_reserve(config), dir.path());
         std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        let child = spawn(dir.path());
+        let child = spawn(dir.path(), &[]);
         let mut c = Crust { dir, child };
         c.wait_ready();
         c
@@ -80,7 +85,7 @@ impl Crust {
     pub fn restart(&mut self) {
         let _ = self.child.try_wait();
         let _ = std::fs::remove_file(self.socket());
-        self.child = spawn(self.dir.path());
+        self.child = spawn(self.dir.path(), &[]);
         self.wait_ready();
     }
 
@@ -137,8 +142,8 @@ impl Crust {
 }
 
 /// `crust serve` on the directories under `dir` (config, socket, root, state), logging to
-/// `dir/crust.log` (appended, so a restart keeps the earlier log).
-fn spawn(dir: &Path) -> Child {
+/// `dir/crust.log` (appended, so a restart keeps the earlier log), with `env` added.
+fn spawn(dir: &Path, env: &[(&str, &str)]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -158,6 +163,7 @@ fn spawn(dir: &Path) -> Child {
         .arg("--log-level")
         .arg("crust=debug,info")
         .env("RUST_LOG_STYLE", "never")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
