@@ -99,6 +99,22 @@ fn assert_readable(e: &tonic::Status) {
     }
 }
 
+/// An image whose one layer holds a hard link to a file outside it: its blob verifies, its
+/// extraction fails.
+fn badlink_image() -> oci_build::Image {
+    image(
+        &[(
+            oci_build::tar(&[Node::Hardlink {
+                path: "l".into(),
+                target: "../../../etc/shadow".into(),
+            }]),
+            Comp::None,
+        )],
+        json!({}),
+        "amd64",
+    )
+}
+
 /// No download or unpack left anything half-done behind.
 fn assert_store_clean(c: &Crust) {
     let ingest: Vec<_> = std::fs::read_dir(c.root().join("images/ingest"))
@@ -610,17 +626,7 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
         "amd64",
     );
     reg.push("traversal", "1", &traversal).await;
-    let badlink = image(
-        &[(
-            oci_build::tar(&[Node::Hardlink {
-                path: "l".into(),
-                target: "../../../etc/shadow".into(),
-            }]),
-            Comp::None,
-        )],
-        json!({}),
-        "amd64",
-    );
+    let badlink = badlink_image();
     reg.push("badlink", "1", &badlink).await;
     let corrupt = image(
         &[(
@@ -737,17 +743,7 @@ async fn bad_input_fails_cleanly_and_the_store_stays_usable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_pull_answers_once_its_verified_blob_is_in_place() {
     let reg = Registry::start(Auth::None);
-    let badlink = image(
-        &[(
-            oci_build::tar(&[Node::Hardlink {
-                path: "l".into(),
-                target: "../../../etc/shadow".into(),
-            }]),
-            Comp::None,
-        )],
-        json!({}),
-        "amd64",
-    );
+    let badlink = badlink_image();
     reg.push("badlink", "1", &badlink).await;
     let markers = tempfile::tempdir().unwrap();
     let marker = |s: &str| markers.path().join(format!("image.pull.blob_verified.{s}"));
