@@ -210,8 +210,9 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     let mut e = Env::start().await;
     let pod = e.pod("kept").await;
     e.d.kill9();
-    // Killed right after CreateContainer saved its Creating record (mkdir, temp file, rename).
-    e.d.launch_with(&[("CRUST_CRASH", "CreateContainer:3")]);
+    // Killed right after CreateContainer saved its Creating record (the record's directory,
+    // the state directory, a temp file, its planned copy, the rename).
+    e.d.launch_with(&[("CRUST_CRASH", "CreateContainer:5")]);
     e.c = e.d.client().await;
     let err = e.create(&pod, e.config("c", &["sleep", "600"])).await;
     assert!(err.is_err(), "{err:?}");
@@ -238,6 +239,8 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
         .args(["check", "--state"])
         .arg(&e.d.state)
+        .arg("--root")
+        .arg(&e.d.root)
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&check.stdout);
@@ -261,6 +264,8 @@ async fn a_rollback_that_fails_at_start_stays_listed_with_its_reason() {
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
         .args(["check", "--state"])
         .arg(&e.d.state)
+        .arg("--root")
+        .arg(&e.d.root)
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&check.stdout);

@@ -156,12 +156,15 @@ async fn a_failed_reclaim_stays_visible_and_the_pods_removal_retries_it() {
     let flags = nix::mount::MsFlags::empty();
     nix::mount::mount(tmpfs, &blocker, tmpfs, flags, None::<&str>).unwrap();
     e.remove(&id).await;
-    wait_for(|| dir.join("RELEASE_FAILED").exists()).await;
-    let state = e.d.state.clone();
+    let failed = e.d.container_record_dir(&id).join("RELEASE_FAILED");
+    wait_for(|| failed.exists()).await;
+    let (state, root) = (e.d.state.clone(), e.d.root.clone());
     let check = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
             .args(["check", "--state"])
             .arg(&state)
+            .arg("--root")
+            .arg(&root)
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()

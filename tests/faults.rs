@@ -44,15 +44,18 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The state directory full (the pod's directory cannot be made), then the root's disk full
+/// while CNI ADD runs (the pod's record, on disk, cannot be saved as Ready).
 #[tokio::test]
 async fn a_full_state_disk_is_resource_exhausted_naming_it_and_leaks_nothing() {
     let d = Daemon::prepare();
     // ADD sleeps a second after bridge allocated the IP: time to fill the disk mid-run.
     d.write_bridge_network(&[r#"{"type":"crust-test-slow","sleepSeconds":1}"#]);
     small_tmpfs(&d.state, "4m");
+    small_tmpfs(&d.root, "4m");
     let d = d.spawn();
     let mut c = d.client().await;
-    let state = d.state.display().to_string();
+    let (state, root) = (d.state.display().to_string(), d.root.display().to_string());
 
     // Full before the request: the sandbox directory cannot be written.
     let full = fill(&d.state);
@@ -74,11 +77,11 @@ async fn a_full_state_disk_is_resource_exhausted_naming_it_and_leaks_nothing() {
     let run =
         tokio::spawn(async move { c2.run_pod_sandbox(run_request(pod_config("filled"))).await });
     wait_for("bridge ADD", || !d.allocated_ips().is_empty()).await;
-    let full = fill(&d.state);
+    let full = fill(&d.root);
     let err = run.await.unwrap().unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(
-        err.message().contains("save sandbox record") && err.message().contains(&state),
+        err.message().contains("save sandbox record") && err.message().contains(&root),
         "names the step and the directory: {err:?}"
     );
     assert!(

@@ -49,7 +49,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("cdi", devices::cdi(&config.cdi_spec_dirs)),
         ("storage", storage(config).into()),
         ("mirrors", mirrors(config).into()),
-        ("leftovers", leftovers(&config.state)),
+        ("leftovers", leftovers(&config.root)),
         ("kubelet", kubelet::statistics(&config.listen)),
         ("criu", runtimes::criu(config)),
     ];
@@ -221,11 +221,22 @@ fn mirrors(config: &Config) -> Result<String, String> {
 }
 
 /// Pods and containers a restart of the daemon could not undo (`store::RELEASE_FAILED` in
-/// their directories): each is retried at the next start, and listed here with why until then.
-fn leftovers(state: &Path) -> Finding {
+/// their records' directories): each is retried at the next start, and listed here with why
+/// until then; and the records recovery found unreadable and set aside.
+fn leftovers(root: &Path) -> Finding {
+    let records = crate::store::records_dir(root);
     let mut found = Vec::new();
+    for d in crate::store::damaged(&records.join(crate::store::DAMAGED_DIR)) {
+        found.push(format!(
+            "the {} record of {} was unreadable and set aside at {} ({})",
+            d.kind,
+            d.id,
+            crate::clock::rfc3339_millis(d.at * 1_000_000_000),
+            d.path.display()
+        ));
+    }
     for kind in ["sandboxes", "containers"] {
-        for e in std::fs::read_dir(state.join(kind))
+        for e in std::fs::read_dir(records.join(kind))
             .into_iter()
             .flatten()
             .flatten()
@@ -241,7 +252,8 @@ fn leftovers(state: &Path) -> Finding {
         Finding::Ok("nothing a restart could not undo".into())
     } else {
         Finding::Warn(format!(
-            "{} left after a failed rollback (the next start of crust tries again): {}",
+            "{} left after a failed rollback or set aside as unreadable (the next start of \
+             crust tries a rollback again): {}",
             found.len(),
             found.join("; ")
         ))

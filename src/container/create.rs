@@ -94,21 +94,29 @@ impl Containers {
     ) -> Result<(), ContainerError> {
         let mut record = plan(self, pod, id, spec);
         record.cdi_devices = cdi.injected();
-        let dir = self.ctx.container_dir(&record.id);
-        let saved = crate::durable::create_dir_all(&dir)
-            .map_err(|source| ContainerError::Io {
-                what: "creating",
-                path: dir.clone(),
-                source,
+        let (dir, record_dir) = (
+            self.ctx.container_dir(&record.id),
+            self.ctx.record_dir(&record.id),
+        );
+        let saved = [&record_dir, &dir]
+            .into_iter()
+            .try_for_each(|d| {
+                crate::durable::create_dir_all(d).map_err(|source| ContainerError::Io {
+                    what: "creating",
+                    path: d.clone(),
+                    source,
+                })
             })
             .and_then(|()| {
-                Ok(crate::store::save(
+                Ok(crate::store::save_with_copy(
                     &self.ctx.record_path(&record.id),
+                    &self.ctx.planned_path(&record.id),
                     &record,
                 )?)
             });
         if let Err(e) = saved {
             let _ = rootfs::remove_dir(&dir);
+            let _ = rootfs::remove_dir(&record_dir);
             return Err(ContainerError::Create {
                 step: "save the container record",
                 source: Box::new(e),

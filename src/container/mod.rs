@@ -170,10 +170,18 @@ pub struct HandlerFeatures {
     pub user_namespaces: bool,
 }
 
+/// A container's record, in its record directory.
+pub const RECORD: &str = "container.json";
+/// The same record as it was planned, kept beside it (see `ContainerContext::planned_path`).
+pub const PLANNED: &str = "planned.json";
+
 /// What the container verbs need from the rest of the daemon.
 pub struct ContainerContext {
-    /// `<state>/containers`: records, bundles, exit records (dies with the machine).
+    /// `<state>/containers`: bundles, exit records, runtime logs (dies with the machine).
     pub state_dir: PathBuf,
+    /// `<root>/records/containers`: each container's record (or tombstone), which outlives
+    /// the machine, so that after a reboot kubelet still finds it exited.
+    pub records_dir: PathBuf,
     /// `<state>/runtime`: libcontainer's state root.
     pub runtime_root: PathBuf,
     /// `<root>/containers`: writable layers and root filesystem mount points.
@@ -215,6 +223,7 @@ impl ContainerContext {
     ) -> ContainerContext {
         ContainerContext {
             state_dir: state.join("containers"),
+            records_dir: crate::store::records_dir(root).join("containers"),
             runtime_root: state.join("runtime"),
             layers_dir: root.join("containers"),
             image_root: crate::image::StorePaths::new(root).root().to_owned(),
@@ -255,13 +264,29 @@ impl ContainerContext {
         self.state_dir.join(id)
     }
 
+    /// The directory of container `id`'s record (and of its tombstone once removed).
+    pub fn record_dir(&self, id: &str) -> PathBuf {
+        self.records_dir.join(id)
+    }
+
     fn record_path(&self, id: &str) -> PathBuf {
-        self.container_dir(id).join("container.json")
+        self.record_dir(id).join(RECORD)
+    }
+
+    /// The record as CreateContainer planned it, before anything was made
+    /// (`store::save_with_copy`): what recovery releases when the record cannot be read.
+    fn planned_path(&self, id: &str) -> PathBuf {
+        self.record_dir(id).join(PLANNED)
     }
 
     /// Creates the directories the verbs rely on.
     pub fn prepare_dirs(&self) -> std::io::Result<()> {
-        for dir in [&self.state_dir, &self.runtime_root, &self.layers_dir] {
+        for dir in [
+            &self.state_dir,
+            &self.records_dir,
+            &self.runtime_root,
+            &self.layers_dir,
+        ] {
             crate::durable::create_dir_all(dir)?;
         }
         for runtime in self.runtimes.values() {
@@ -277,6 +302,9 @@ struct Entry {
     op: Arc<tokio::sync::Mutex<()>>,
     /// The current record, shared with readers; replaced whole on change (copy on write).
     record: Mutex<Arc<ContainerRecord>>,
+    /// Serializes changes to the record (`commit`), apart from `record`, so that readers never
+    /// wait for a change's flush to disk.
+    writer: Mutex<()>,
     /// Becomes true once the container's exit is recorded.
     exited: tokio::sync::watch::Sender<bool>,
     /// The exec process template (from the bundle), read once.
@@ -298,6 +326,7 @@ impl Entry {
         Arc::new(Entry {
             op: Arc::new(tokio::sync::Mutex::new(())),
             record: Mutex::new(Arc::new(record)),
+            writer: Mutex::new(()),
             exited,
             exec_template: Mutex::new(None),
             pending_exit: Mutex::new(None),
@@ -319,18 +348,19 @@ impl Entry {
         ctx: &ContainerContext,
         f: impl FnOnce(&mut ContainerRecord),
     ) -> Result<Arc<ContainerRecord>, ContainerError> {
-        let mut current = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = (**current).clone();
+        let _writing = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = (*self.snapshot()).clone();
         f(&mut next);
         crate::store::save(&ctx.record_path(&next.id), &next)?;
         let exited = next.phase == Phase::Exited;
-        *current = Arc::new(next);
+        let next = Arc::new(next);
+        *self.record.lock().unwrap_or_else(|e| e.into_inner()) = next.clone();
         // After the new record is in place: whoever reads the count first lists it.
         self.changes.fetch_add(1, Ordering::Release);
         if exited {
             self.exited.send_replace(true);
         }
-        Ok(current.clone())
+        Ok(next)
     }
 }
 

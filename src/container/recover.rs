@@ -1,10 +1,14 @@
-//! Startup recovery: rebuild the table from the records in the state directory. Containers of
-//! live pods are adopted and their monitors followed again (the monitor's snapshot brings the
-//! exits that happened while the daemon was down); half-created containers are rolled back;
-//! removed containers whose reclaim the previous run did not finish (a tombstone in their
-//! directory) are reclaimed in the background, never listed; containers whose pod is gone, and
-//! writable layers, libcontainer state and image holds that no record or reclaim owns, are
-//! removed.
+//! Startup recovery: rebuild the table from the records on disk (`<root>/records/containers`).
+//! Containers of live pods are adopted and their monitors followed again (the monitor's
+//! snapshot brings the exits that happened while the daemon was down); half-created containers
+//! are rolled back; removed containers whose reclaim the previous run did not finish (a
+//! tombstone in their record's directory) are reclaimed in the background, never listed;
+//! containers whose pod is gone, and writable layers, libcontainer state and image holds that no
+//! record or reclaim owns, are removed. When the state the records describe was lost (a reboot,
+//! `store::epoch`), every container that had not ended is exited with code 255 and reason
+//! `NodeRebooted`, and stays listed so kubelet keeps its restart count. An unreadable record is
+//! set aside and its container ended whole from its planned copy; one a newer crust wrote is
+//! left alone. Records a crust that kept them in the state directory wrote move to disk.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -12,7 +16,8 @@ use std::sync::Arc;
 
 use super::remove::TOMBSTONE;
 use super::{ContainerRecord, Containers, Phase, now_nanos, rootfs, teardown};
-use crate::store::RELEASE_FAILED;
+use crate::store::epoch::{Continuity, Loss};
+use crate::store::{RELEASE_FAILED, StoreError, file_name, subdirs};
 
 /// What recovery found, for the start-up log line.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,23 +29,39 @@ pub struct RecoverySummary {
     pub failed: usize,
     /// Removed containers whose reclaim was cut short, reclaimed now.
     pub reclaiming: usize,
+    /// Containers that ran when their state was lost (a reboot), exited now.
+    pub outlived: usize,
+    /// Unreadable records, set aside (their containers ended).
+    pub damaged: usize,
+    /// Records of a newer crust, left alone with what they describe.
+    pub newer: usize,
+    /// Records moved from the state directory to disk (written by an older crust).
+    pub migrated: usize,
 }
 
 impl Containers {
-    pub async fn recover(self: &Arc<Self>) -> RecoverySummary {
-        let mut summary = RecoverySummary::default();
+    pub async fn recover(self: &Arc<Self>, continuity: &Continuity) -> RecoverySummary {
+        let mut summary = RecoverySummary {
+            migrated: self.migrate_state_records(),
+            ..Default::default()
+        };
+        let lost = match continuity {
+            Continuity::Lost(loss) => Some(loss),
+            _ => None,
+        };
         let mut pods = HashSet::new();
-        let dirs = std::fs::read_dir(&self.ctx.state_dir)
-            .into_iter()
-            .flatten()
-            .flatten();
-        for dir in dirs {
-            let id = dir.file_name().to_string_lossy().into_owned();
-            crate::store::remove_stale_temps(&dir.path());
-            super::checkpoint::recover_in_flight(&self.ctx, &dir.path());
-            let tombstone = dir.path().join(TOMBSTONE);
+        // Ids whose files nobody may remove: records left alone (a newer crust's) and those of
+        // pods left alone.
+        let mut kept = HashSet::new();
+        let pods_left_alone = self.sandboxes.left_alone();
+        for dir in subdirs(&self.ctx.records_dir) {
+            let id = file_name(&dir);
+            crate::store::remove_stale_temps(&dir);
+            super::checkpoint::recover_in_flight(&self.ctx, &self.ctx.container_dir(&id));
+            let tombstone = dir.join(TOMBSTONE);
             if tombstone.exists() {
                 let record = crate::store::load::<ContainerRecord>(&tombstone)
+                    .or_else(|_| crate::store::load(&self.ctx.planned_path(&id)))
                     .unwrap_or_else(|_| self.orphan(id));
                 let record = Arc::new(record);
                 self.reclaims.begin(&record);
@@ -49,6 +70,9 @@ impl Containers {
                 continue;
             }
             match crate::store::load::<ContainerRecord>(&self.ctx.record_path(&id)) {
+                Ok(record) if pods_left_alone.contains(&record.pod_id) => {
+                    kept.insert(id);
+                }
                 Ok(record)
                     if record.phase == Phase::Creating
                         || self.sandboxes.get(&record.pod_id).is_err() =>
@@ -56,6 +80,10 @@ impl Containers {
                     self.discard(&record, &mut summary).await;
                 }
                 Ok(record) => {
+                    let record = match lost {
+                        Some(loss) => self.ended_by_loss(record, loss, &mut summary),
+                        None => record,
+                    };
                     if record.phase == Phase::Exited {
                         summary.exited += 1;
                     } else {
@@ -65,19 +93,147 @@ impl Containers {
                     self.adopt_for_plugins(&record);
                     self.insert(record);
                 }
+                Err(e @ StoreError::Version { .. }) => {
+                    tracing::error!(container_id = %id, error = %e, "leaving alone a container whose record a newer crust wrote; it is not listed");
+                    kept.insert(id);
+                    summary.newer += 1;
+                }
                 Err(e) => {
-                    tracing::warn!(container_id = %id, error = %e, "discarding unreadable container");
-                    let orphan = self.orphan(id);
-                    self.discard(&orphan, &mut summary).await;
+                    self.end_damaged(&id, &e, &mut summary).await;
                 }
             }
         }
         for pod in pods {
             self.catch_up(&pod).await;
         }
-        self.remove_orphans();
+        if self.images.holds_lost() {
+            self.repair_holds().await;
+        }
+        self.remove_orphans(&kept);
         tracing::info!(?summary, "container recovery done");
         summary
+    }
+
+    /// Moves the records and tombstones a crust that kept them in the state directory wrote
+    /// (`<state>/containers/<id>/container.json` or `removing.json`) to disk; returns how many.
+    fn migrate_state_records(&self) -> usize {
+        let mut moved = 0;
+        for dir in subdirs(&self.ctx.state_dir) {
+            let id = file_name(&dir);
+            for name in [super::RECORD, TOMBSTONE] {
+                let old = dir.join(name);
+                if !old.exists() {
+                    continue;
+                }
+                crate::store::remove_stale_temps(&dir);
+                let to = self.ctx.record_dir(&id);
+                let migrated = crate::durable::create_dir_all(&to)
+                    .map_err(|source| StoreError::Write {
+                        path: to.clone(),
+                        source,
+                    })
+                    .and_then(|()| crate::store::move_across(&old, &to.join(name)));
+                match migrated {
+                    Ok(()) => moved += 1,
+                    Err(e) => {
+                        tracing::error!(container_id = %id, error = %e, "moving a container record to disk")
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// A container that had not ended when the state it lived in was lost: exited now, with
+    /// code 255 and why (its real end is unknown), saved before it is listed.
+    fn ended_by_loss(
+        &self,
+        mut record: ContainerRecord,
+        loss: &Loss,
+        summary: &mut RecoverySummary,
+    ) -> ContainerRecord {
+        if record.phase == Phase::Exited {
+            return record;
+        }
+        summary.outlived += 1;
+        let was = record.state_name();
+        record.phase = Phase::Exited;
+        record.pid = None;
+        record.exit = Some(crate::monitor::ExitInfo {
+            code: crate::monitor::UNKNOWN_EXIT_CODE,
+            signal: None,
+            finished_at: now_nanos(),
+            oom_killed: false,
+            oom_scope: None,
+            message: format!(
+                "it was {was} when {}; how it ended is unknown",
+                loss.describe(self.ctx.state_dir.parent().unwrap_or(&self.ctx.state_dir))
+            ),
+            start_failed: false,
+            state_lost: true,
+        });
+        if let Err(e) = crate::store::save(&self.ctx.record_path(&record.id), &record) {
+            tracing::error!(container_id = %record.id, error = %e, "saving container record");
+        }
+        record
+    }
+
+    /// Sets an unreadable record aside and ends its container whole from its planned copy
+    /// (its pod, cgroup and image hold): its processes are killed (through its pod's monitor,
+    /// then its cgroup) before its root filesystem is unmounted, so nothing runs without it.
+    async fn end_damaged(&self, id: &str, error: &StoreError, summary: &mut RecoverySummary) {
+        summary.damaged += 1;
+        let damaged = self.sandboxes.context().damaged_dir();
+        let moved = crate::store::set_aside(&self.ctx.record_path(id), &damaged, "container", id);
+        let planned = crate::store::load::<ContainerRecord>(&self.ctx.planned_path(id));
+        match &moved {
+            Ok(to) => {
+                tracing::error!(container_id = %id, error = %error, moved_to = %to.display(), planned = planned.is_ok(), "unreadable container record set aside; ending the container")
+            }
+            Err(e) => {
+                tracing::error!(container_id = %id, error = %error, set_aside = %e, "unreadable container record; ending the container")
+            }
+        }
+        let record = planned.unwrap_or_else(|_| self.orphan(id.to_owned()));
+        if let Err(e) = teardown::release(self, &record).await {
+            tracing::error!(container_id = %id, error = %e, "ending the container of an unreadable record");
+            let why = format!("ending the container of an unreadable record failed: {e}\n");
+            let _ = crate::durable::write(self.ctx.record_dir(id).join(RELEASE_FAILED), why);
+        }
+    }
+
+    /// Makes again the image holds that were unreadable at start, for the containers listed:
+    /// from their images, or from the layers their root filesystems' overlays read. (Those
+    /// being reclaimed need none: their reclaim's release ends the wait for theirs.) Garbage
+    /// collection resumes once none is lost.
+    async fn repair_holds(&self) {
+        let records: Vec<Arc<ContainerRecord>> =
+            self.table().by_id.values().map(|e| e.snapshot()).collect();
+        let (ctx, images) = (self.ctx.clone(), self.images.clone());
+        let repaired = tokio::task::spawn_blocking(move || {
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            for r in records {
+                let rootfs = rootfs::layout(&ctx, &r.id).rootfs;
+                let lowerdirs = crate::snapshot::lowerdirs_of(&mountinfo, &rootfs);
+                let ours = images.repair_hold(&r.id, &r.image.id, Some(&lowerdirs));
+                let volumes = r.image_volumes.values().enumerate().map(|(n, image)| {
+                    images.repair_hold(&super::volumes::holder(&r.id, n), image, None)
+                });
+                for e in std::iter::once(ours).chain(volumes).filter_map(Result::err) {
+                    tracing::error!(container_id = %r.id, error = %e, "making an unreadable image hold again");
+                }
+            }
+            if !images.collection_waits() {
+                images.collect_garbage().map(drop)
+            } else {
+                tracing::warn!("image holds still lost: garbage collection waits until crust restarts");
+                Ok(())
+            }
+        })
+        .await;
+        if let Ok(Err(e)) = repaired {
+            tracing::warn!(error = %e, "collecting garbage after making image holds again");
+        }
     }
 
     /// Rolls back a half-created container, or removes one whose pod is gone. One whose
@@ -99,7 +255,7 @@ impl Containers {
                 summary.failed += 1;
                 let why = format!("recovery could not remove this container: {e}\n");
                 let _ = crate::durable::write(
-                    self.ctx.container_dir(&record.id).join(RELEASE_FAILED),
+                    self.ctx.record_dir(&record.id).join(RELEASE_FAILED),
                     why,
                 );
                 if self.sandboxes.get(&record.pod_id).is_ok() {
@@ -124,6 +280,7 @@ impl Containers {
                 "its creation was cut short by a restart of crust, and undoing it failed: {error}; RemoveContainer tries again"
             ),
             start_failed: false,
+            state_lost: false,
         });
         match crate::store::save(&self.ctx.record_path(&kept.id), &kept) {
             Ok(()) => {
@@ -160,8 +317,9 @@ impl Containers {
 
     /// Writable layers, libcontainer's and the runtime binaries' state and image holds that belong to no container or
     /// reclaim (the machine rebooted: records lived in memory, layers on disk).
-    fn remove_orphans(&self) {
+    fn remove_orphans(&self, kept: &HashSet<String>) {
         let mut known: HashSet<String> = self.table().by_id.keys().cloned().collect();
+        known.extend(kept.iter().cloned());
         // A reclaim releases a hold only once its mounts are gone.
         known.extend(self.reclaiming());
         // A sandboxing binary's root holds state files of pods as well (runsc's

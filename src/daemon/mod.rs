@@ -46,6 +46,8 @@ pub enum DaemonError {
     Stream(#[from] crate::stream::StreamError),
     #[error("starting NRI: {0}")]
     Nri(#[from] crate::nri::NriError),
+    #[error("the records' epoch: {0}")]
+    Records(crate::store::StoreError),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DaemonError + 'a {
@@ -86,13 +88,30 @@ async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError
     ensure_tmpfs(&config.state)?;
     let sandboxes = Sandboxes::new(sandbox_context(&config)?);
     prepare_ns_dir(&sandboxes.context().ns_dir())?;
-    crate::durable::create_dir_all(sandboxes.context().sandboxes_dir())
-        .map_err(io("creating", &sandboxes.context().sandboxes_dir()))?;
-    let summary = sandboxes.recover().await;
+    for dir in [
+        sandboxes.context().sandboxes_dir(),
+        sandboxes.context().records_dir.clone(),
+    ] {
+        crate::durable::create_dir_all(&dir).map_err(io("creating", &dir))?;
+    }
+    let records = crate::store::records_dir(&config.root);
+    let epoch = crate::store::epoch::of_state(&config.state).map_err(DaemonError::Records)?;
+    let continuity = crate::store::epoch::continuity(&records, &epoch);
+    if let crate::store::epoch::Continuity::Lost(loss) = &continuity {
+        tracing::warn!(
+            "{}: every pod crust knows is NotReady and its containers exited; what they held is released",
+            loss.describe(&config.state)
+        );
+    }
+    let summary = sandboxes.recover(&continuity).await;
     tracing::info!(
         ready = summary.ready,
         not_ready = summary.not_ready,
         rolled_back = summary.rolled_back,
+        outlived = summary.outlived,
+        damaged = summary.damaged,
+        newer = summary.newer,
+        migrated = summary.migrated,
         "recovered pod sandboxes"
     );
     crate::metrics::monitors_adopted(summary.ready as u64);
@@ -105,7 +124,9 @@ async fn serve(loaded: Loaded, log: Option<LogHandle>) -> Result<(), DaemonError
     let images = Arc::new(tokio::task::block_in_place(|| {
         crate::image::Images::open(crate::image::ImageSettings::from_config(&config), true)
     })?);
-    let containers = start_containers(&config, &sandboxes, &images).await?;
+    let containers = start_containers(&config, &sandboxes, &images, &continuity).await?;
+    // Both rooms now describe this state directory's objects.
+    crate::store::epoch::settle(&records, &epoch).map_err(DaemonError::Records)?;
     // Plugins start (and connect) once the pods and containers they are synchronized with are
     // recovered, and before any client can make new ones.
     let nri = sandboxes.context().nri.clone();
@@ -183,6 +204,7 @@ async fn start_containers(
     config: &Config,
     sandboxes: &Arc<Sandboxes>,
     images: &Arc<crate::image::Images>,
+    continuity: &crate::store::epoch::Continuity,
 ) -> Result<Arc<Containers>, DaemonError> {
     let mut ctx = ContainerContext::new(
         &config.state,
@@ -205,7 +227,7 @@ async fn start_containers(
     ))?;
     load_apparmor_profile(ctx.apparmor.as_ref());
     let containers = Containers::new(ctx, sandboxes.clone(), images.clone());
-    let summary = containers.recover().await;
+    let summary = containers.recover(continuity).await;
     tracing::info!(
         live = summary.live,
         exited = summary.exited,
@@ -290,6 +312,7 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
     }
     Ok(SandboxContext {
         state_dir: config.state.clone(),
+        records_dir: crate::store::records_dir(&config.root).join("sandboxes"),
         exe,
         cni: Arc::new(cni),
         cgroups: CgroupSettings::detect(
@@ -331,8 +354,8 @@ fn load_apparmor_profile(apparmor: Option<&crate::container::apparmor::AppArmor>
 
 /// The state directory describes processes, mounts and namespaces, which all die with the
 /// machine, so it lives in memory: if it is not on a tmpfs already (as `/run` is on most hosts),
-/// one is mounted there (on an empty directory only). A reboot then starts from a clean slate,
-/// and the fsyncs that keep records whole cost nothing.
+/// one is mounted there (on an empty directory only). A reboot empties it; the records, on
+/// disk under the root, say what ran before (`store::epoch`).
 fn ensure_tmpfs(state: &Path) -> Result<(), DaemonError> {
     let on_tmpfs = nix::sys::statfs::statfs(state)
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);

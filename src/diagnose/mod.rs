@@ -56,6 +56,21 @@ pub enum DiagnoseError {
         state.display()
     )]
     NotFound { target: String, state: PathBuf },
+    /// The record of what `target` names was unreadable: recovery set it aside and ended the
+    /// object whole (`store::set_aside`).
+    #[error(
+        "the record of {kind} {id} could not be read when crust started at {}; crust set it aside \
+         ({}) and ended the {kind} whole: its processes killed, then its mounts, IP and cgroup \
+         released (kubelet makes it again)",
+        crate::clock::rfc3339_millis(*at * 1_000_000_000),
+        path.display()
+    )]
+    Damaged {
+        kind: String,
+        id: String,
+        at: i64,
+        path: PathBuf,
+    },
     #[error("{target:?} names more than one {what}: {}", candidates.join(", "))]
     Ambiguous {
         target: String,
@@ -66,13 +81,41 @@ pub enum DiagnoseError {
 
 /// The report on `target`.
 pub fn diagnose(inputs: &Inputs, target: &str) -> Result<Report, DiagnoseError> {
-    let records = Records::load(&inputs.state);
+    let records = Records::load(&inputs.root);
+    // An id no record holds any more, whose record was set aside as unreadable: that is the
+    // story, whatever the history says of the object before.
+    let recorded = records.pods.iter().any(|p| p.id.starts_with(target))
+        || records.containers.iter().any(|c| c.id.starts_with(target));
+    if !target.contains('/') && !recorded {
+        if let Some(e) = damaged(&records, target) {
+            return Err(e);
+        }
+    }
     let subject = locate(&records, &inputs.state, target)
         .map_err(|e| e.unwrap_or_else(|| not_found(inputs, target)))?;
     let facts = facts::gather(inputs, &records, &subject);
     let focus = subject.container.as_deref();
     let verdict = verdict::decide(&facts.pod, &facts.containers, &facts.timeline, focus);
     Ok(Report { verdict, facts })
+}
+
+/// The newest record set aside whose id `target` begins, as the answer about it.
+fn damaged(records: &Records, target: &str) -> Option<DiagnoseError> {
+    let d = records
+        .damaged
+        .iter()
+        .rev()
+        .find(|d| !target.is_empty() && d.id.starts_with(target))?;
+    Some(DiagnoseError::Damaged {
+        kind: if d.kind == "sandbox" {
+            "pod sandbox".into()
+        } else {
+            d.kind.clone()
+        },
+        id: d.id.clone(),
+        at: d.at,
+        path: d.path.clone(),
+    })
 }
 
 fn not_found(inputs: &Inputs, target: &str) -> DiagnoseError {
@@ -87,17 +130,20 @@ pub fn text(report: &Report) -> String {
     render::text(report)
 }
 
-/// Every record under the state directory.
+/// Every record under the root's records directory, and those set aside as unreadable.
 pub(crate) struct Records {
     pub pods: Vec<SandboxRecord>,
     pub containers: Vec<ContainerRecord>,
+    pub damaged: Vec<crate::store::Damaged>,
 }
 
 impl Records {
-    fn load(state: &Path) -> Records {
+    fn load(root: &Path) -> Records {
+        let dir = crate::store::records_dir(root);
         Records {
-            pods: load_all(&state.join("sandboxes"), "sandbox.json"),
-            containers: load_all(&state.join("containers"), "container.json"),
+            pods: load_all(&dir.join("sandboxes"), crate::sandbox::RECORD),
+            containers: load_all(&dir.join("containers"), crate::container::RECORD),
+            damaged: crate::store::damaged(&dir.join(crate::store::DAMAGED_DIR)),
         }
     }
 }

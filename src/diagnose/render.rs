@@ -152,6 +152,7 @@ fn line(e: &Entry) -> String {
             format!("sandbox {sandbox}: its monitor (pid {pid}) {cause}")
         }
         Fact::SandboxRemoved => format!("sandbox {sandbox} removed"),
+        Fact::StateLost { cause } => format!("sandbox {sandbox} ended: {cause}"),
         Fact::ContainerCreated {
             container,
             name,

@@ -31,6 +31,11 @@ pub enum Fact {
         cause: String,
     },
     SandboxRemoved,
+    /// crust started over records whose state was gone (the node rebooted, or the state
+    /// directory was emptied): the pod and its containers ended with it.
+    StateLost {
+        cause: String,
+    },
     ContainerCreated {
         container: String,
         name: String,

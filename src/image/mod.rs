@@ -322,8 +322,11 @@ impl Images {
             pulls: idle::PullActivity::default(),
             pull_tasks: Arc::new(tokio::sync::Semaphore::new(MAX_PULL_TASKS)),
         };
-        images.reload(true)?;
-        images.load_holds()?;
+        let unreadable = images.reload(true)?;
+        images.load_holds(recover)?;
+        for (path, err) in unreadable {
+            images.unreadable(&path, "image", &err, recover);
+        }
         if recover {
             images.recover()?;
         }

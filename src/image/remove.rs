@@ -58,6 +58,10 @@ impl Images {
         let mut trash = Vec::new();
         {
             let pins = lock(&self.pins);
+            if !pins.unknown.is_empty() {
+                tracing::info!(unknown = ?pins.unknown, "garbage collection skipped: records this crust cannot read may keep content");
+                return Ok(stats);
+            }
             let mut keep: HashSet<&Digest> = HashSet::new();
             for r in table.all() {
                 keep.extend(r.blobs.iter());

@@ -78,6 +78,19 @@ impl Images {
         })
     }
 
+    /// Whether a hold was unreadable at start and is not made again yet (`repair_hold`).
+    pub fn holds_lost(&self) -> bool {
+        lock(&self.pins)
+            .unknown
+            .iter()
+            .any(|k| k.starts_with("hold "))
+    }
+
+    /// Whether garbage collection waits for records this crust cannot read (`Pins::unknown`).
+    pub fn collection_waits(&self) -> bool {
+        !lock(&self.pins).unknown.is_empty()
+    }
+
     /// Everyone holding an image (container ids).
     pub fn holders(&self) -> Vec<String> {
         lock(&self.pins).holds.keys().cloned().collect()
@@ -86,7 +99,13 @@ impl Images {
     /// Drops `holder`'s hold, deleting content only it kept (its image was removed meanwhile).
     pub fn release(&self, holder: &str) -> Result<(), ImageError> {
         super::remove_file(self.paths.hold(holder))?;
-        let released = lock(&self.pins).holds.remove(holder);
+        let released = {
+            let mut pins = lock(&self.pins);
+            // A hold lost at start needs no repair once its holder lets go.
+            pins.unknown
+                .remove(&format!("hold {}", Digest::of(holder.as_bytes()).hex()));
+            pins.holds.remove(holder)
+        };
         if let Some(h) = released {
             if self.table().get(&h.image).is_none() {
                 self.collect_garbage()?;
@@ -96,9 +115,11 @@ impl Images {
     }
 
     /// Loads the persisted holds (when the store is opened, before any garbage collection). A
-    /// hold that cannot be read is an error: collecting without it could delete a running
-    /// container's root filesystem.
-    pub(super) fn load_holds(&self) -> Result<(), ImageError> {
+    /// hold that cannot be read keeps garbage collection from deleting anything until its
+    /// container's hold is made again (`repair_hold`): collecting without it could delete a
+    /// running container's root filesystem. With `set_aside` (the daemon's start) a damaged
+    /// one is moved out of the way (`store::set_aside`); a newer crust's stays where it is.
+    pub(super) fn load_holds(&self, set_aside: bool) -> Result<(), ImageError> {
         let dir = self.paths.holds_dir();
         let io = |what, path: &std::path::Path| {
             let path = path.to_owned();
@@ -110,8 +131,12 @@ impl Images {
             .flatten()
         {
             let path = e.path();
-            if path.extension().is_some_and(|x| x == "json") {
-                loaded.push(crate::store::load::<Hold>(&path)?);
+            if path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            match crate::store::load::<Hold>(&path) {
+                Ok(h) => loaded.push(h),
+                Err(err) => self.unreadable(&path, "hold", &err, set_aside),
             }
         }
         let mut pins = lock(&self.pins);
@@ -119,6 +144,86 @@ impl Images {
             pins.holds.insert(h.holder.clone(), h);
         }
         Ok(())
+    }
+
+    /// Takes note of a hold or image record this crust cannot read: garbage collection waits
+    /// (see `Pins::unknown`); a damaged one is set aside when `set_aside`.
+    pub(super) fn unreadable(
+        &self,
+        path: &std::path::Path,
+        kind: &str,
+        err: &crate::store::StoreError,
+        set_aside: bool,
+    ) {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let newer = matches!(err, crate::store::StoreError::Version { .. });
+        if set_aside && !newer {
+            let damaged =
+                crate::store::records_dir(&self.settings.root).join(crate::store::DAMAGED_DIR);
+            match crate::store::set_aside(path, &damaged, kind, &stem) {
+                Ok(to) => {
+                    tracing::error!(error = %err, moved_to = %to.display(), "unreadable image {kind} set aside")
+                }
+                Err(e) => tracing::error!(error = %err, set_aside = %e, "unreadable image {kind}"),
+            }
+        } else {
+            tracing::error!(error = %err, "image {kind} this crust cannot read; garbage collection waits");
+        }
+        // A damaged image record's content is kept by nobody any more (the image is gone), but
+        // a newer crust's record, or any hold, may keep content that is in use.
+        if kind == "hold" || newer {
+            lock(&self.pins).unknown.insert(format!("{kind} {stem}"));
+        }
+    }
+
+    /// Holds `holder`'s image again when its hold was set aside as unreadable (at start, for
+    /// each container recovered): from its image's record if the image is still here, else
+    /// from the layers its root filesystem's overlay reads (`lowerdirs`). Once every unreadable
+    /// hold is made again, garbage collection resumes. False when `holder` had no lost hold.
+    /// Without `lowerdirs` (an image volume's holder), only its image's record can make the
+    /// hold again; if the image is gone too, garbage collection keeps waiting.
+    pub fn repair_hold(
+        &self,
+        holder: &str,
+        image: &str,
+        lowerdirs: Option<&[PathBuf]>,
+    ) -> Result<bool, ImageError> {
+        let key = format!("hold {}", Digest::of(holder.as_bytes()).hex());
+        if !lock(&self.pins).unknown.contains(&key) {
+            return Ok(false);
+        }
+        if self.find(image)?.is_some() {
+            self.acquire(holder, image)?;
+        } else if let Some(lowerdirs) = lowerdirs {
+            let layers = self.paths.layers_dir();
+            let keys: Vec<Digest> = lowerdirs
+                .iter()
+                .filter_map(|d| d.strip_prefix(&layers).ok())
+                .filter_map(|rel| super::StorePaths::layer_chain(rel.iter().next()?))
+                .collect();
+            let hold = Hold {
+                holder: holder.to_owned(),
+                image: image
+                    .parse()
+                    .unwrap_or_else(|_| Digest::of(image.as_bytes())),
+                keys,
+            };
+            crate::store::save(&self.paths.hold(holder), &hold)?;
+            lock(&self.pins).holds.insert(holder.to_owned(), hold);
+        } else {
+            return Ok(false);
+        }
+        let mut pins = lock(&self.pins);
+        pins.unknown.remove(&key);
+        tracing::info!(
+            holder,
+            left = pins.unknown.len(),
+            "made an unreadable image hold again"
+        );
+        Ok(true)
     }
 
     /// The image ids currently held, by holder.

@@ -361,6 +361,11 @@ pub struct ExitInfo {
     /// Its start failed, which ended it (CRI's reason `StartError`, code 128, as containerd's).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub start_failed: bool,
+    /// It ran when the state it lived in was lost (the node rebooted): how it really ended is
+    /// unknown (code 255, CRI's reason `NodeRebooted`; containerd says `Unknown`). Set by the
+    /// daemon's recovery, never by a monitor.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub state_lost: bool,
 }
 
 impl crate::store::Record for ExitInfo {
@@ -368,9 +373,12 @@ impl crate::store::Record for ExitInfo {
 }
 
 impl ExitInfo {
-    /// CRI's reason: `StartError`, `OOMKilled`, `Completed` (exit 0) or `Error`.
+    /// CRI's reason: `NodeRebooted`, `StartError`, `OOMKilled`, `Completed` (exit 0) or
+    /// `Error`.
     pub fn reason(&self) -> &'static str {
-        if self.start_failed {
+        if self.state_lost {
+            "NodeRebooted"
+        } else if self.start_failed {
             "StartError"
         } else if self.oom_killed {
             "OOMKilled"
@@ -381,6 +389,9 @@ impl ExitInfo {
         }
     }
 }
+
+/// The exit code of a container whose end is unknown (its state was lost), as containerd's.
+pub const UNKNOWN_EXIT_CODE: i32 = 255;
 
 /// The exit code of a container whose start failed: runc's and runsc's, and containerd's.
 pub const START_FAILED_CODE: i32 = 128;

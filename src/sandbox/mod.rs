@@ -137,10 +137,19 @@ fn cleanup_note(cleanup: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// A sandbox's record, in its record directory.
+pub const RECORD: &str = "sandbox.json";
+/// The same record as it was planned, kept beside it (see `SandboxContext::planned_path`).
+pub const PLANNED: &str = "planned.json";
+
 /// What the sandbox verbs need from the rest of the daemon.
 pub struct SandboxContext {
-    /// The daemon's state directory (`--state`).
+    /// The daemon's state directory (`--state`): what dies with the machine (the pods'
+    /// directories with their monitors' sockets, namespace pins, `/dev/shm`).
     pub state_dir: PathBuf,
+    /// `<root>/records/sandboxes`: each pod's record, which outlives the machine, so that
+    /// after a reboot the pod is still listed (NotReady) and its network can be released.
+    pub records_dir: PathBuf,
     /// The crust binary, for spawning monitors.
     pub exe: PathBuf,
     pub cni: Arc<Cni>,
@@ -179,8 +188,23 @@ impl SandboxContext {
     pub fn ns_dir(&self) -> PathBuf {
         self.state_dir.join("ns")
     }
-    fn record_path(dir: &Path) -> PathBuf {
-        dir.join("sandbox.json")
+    /// The directory of sandbox `id`'s record.
+    pub fn record_dir(&self, id: &str) -> PathBuf {
+        self.records_dir.join(id)
+    }
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.record_dir(id).join(RECORD)
+    }
+    /// The record as RunPodSandbox planned it, before anything was made (`store::save_with_copy`).
+    fn planned_path(&self, id: &str) -> PathBuf {
+        self.record_dir(id).join(PLANNED)
+    }
+    /// Where unreadable records are set aside (`store::set_aside`).
+    pub fn damaged_dir(&self) -> PathBuf {
+        self.records_dir
+            .parent()
+            .unwrap_or(&self.records_dir)
+            .join(crate::store::DAMAGED_DIR)
     }
 
     /// Notes `fact` in the history of the pod `record` is.
@@ -250,6 +274,8 @@ pub struct Sandboxes {
     cpu_rates: crate::stats::CpuRates,
     /// Moves whenever a record is added, replaced or removed (see `changes`).
     changes: AtomicU64,
+    /// Pods whose records a newer crust wrote: not listed, and nothing of theirs touched.
+    left_alone: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Sandboxes {
@@ -259,7 +285,18 @@ impl Sandboxes {
             table: Mutex::new(Table::default()),
             cpu_rates: crate::stats::CpuRates::default(),
             changes: AtomicU64::new(0),
+            left_alone: Mutex::default(),
         })
+    }
+
+    /// The pods recovery left alone (records of a newer crust): their containers are left
+    /// alone too.
+    pub fn left_alone(&self) -> std::collections::HashSet<String> {
+        self.left_alone_ids().clone()
+    }
+
+    fn left_alone_ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.left_alone.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A count that moves after every change to the listed records: a list made after reading
@@ -348,7 +385,7 @@ impl Sandboxes {
     }
 
     fn save(&self, record: &SandboxRecord) -> Result<(), SandboxError> {
-        crate::store::save(&SandboxContext::record_path(&record.dir), record)?;
+        crate::store::save(&self.ctx.record_path(&record.id), record)?;
         Ok(())
     }
 

@@ -64,12 +64,12 @@ impl Sandboxes {
     ) -> Result<(), SandboxError> {
         let mut record = plan(&self.ctx, id, spec, handler)?;
         let hostname = pod_hostname(&record.spec);
-        if let Err((step, cause)) = prepare(&record, &hostname).and_then(|()| {
-            crate::store::save(&SandboxContext::record_path(&record.dir), &record)
-                .map_err(|e| ("save sandbox record", e.into()))
-        }) {
+        if let Err((step, cause)) = prepare(&record, &hostname)
+            .and_then(|()| save_planned(&self.ctx, &record).map_err(|e| ("save sandbox record", e)))
+        {
             let _ = files::unmount_shm(&record.dir);
             let _ = crate::durable::remove_dir_all(&record.dir);
+            let _ = crate::durable::remove_dir_all(self.ctx.record_dir(&record.id));
             self.ctx.note(&record, failed(&record, step, &cause));
             return Err(SandboxError::Run {
                 step,
@@ -94,7 +94,7 @@ impl Sandboxes {
         let saved = match brought_up {
             Ok(()) => {
                 record.phase = Phase::Ready;
-                crate::store::save(&SandboxContext::record_path(&record.dir), &record)
+                crate::store::save(&self.ctx.record_path(&record.id), &record)
                     .map_err(|e| ("save sandbox record", e.into()))
             }
             Err(e) => Err(e),
@@ -106,6 +106,7 @@ impl Sandboxes {
             let cleanup = teardown::release(&self.ctx, &record).await.err();
             if cleanup.is_none() {
                 let _ = crate::durable::remove_dir_all(&record.dir);
+                let _ = crate::durable::remove_dir_all(self.ctx.record_dir(&record.id));
             }
             self.ctx.note(&record, failed(&record, step, &cause));
             return Err(SandboxError::Run {
@@ -175,6 +176,19 @@ impl Sandboxes {
         });
         *entry.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
+}
+
+/// Saves the `Creating` record on disk, before anything is made for the pod, with its planned
+/// copy beside it: what a reboot or a damaged record leaves recovery to release.
+fn save_planned(ctx: &SandboxContext, record: &SandboxRecord) -> Result<(), RunFailure> {
+    let dir = ctx.record_dir(&record.id);
+    crate::durable::create_dir_all(&dir).map_err(RunFailure::io(&dir))?;
+    crate::store::save_with_copy(
+        &ctx.record_path(&record.id),
+        &ctx.planned_path(&record.id),
+        record,
+    )?;
+    Ok(())
 }
 
 /// The history's account of a RunPodSandbox that failed at `step`.

@@ -3,4 +3,4 @@
 
 mod overlay;
 
-pub use overlay::{OverlayError, Upper, mount_overlay};
+pub use overlay::{OverlayError, Upper, lowerdirs_of, mount_overlay};

@@ -255,6 +255,58 @@ fn failed(target: &Path, detail: String) -> OverlayError {
     }
 }
 
+/// The layers (lowerdirs, topmost first) of the overlay mounted at `target`, as the kernel
+/// shows them in `mountinfo`: `lowerdir=a:b` (a `\:` escapes a colon in a path), or one
+/// `lowerdir+=` per layer. Empty when nothing is mounted there. What recovery reads when a
+/// container's image hold is lost and its image gone.
+pub fn lowerdirs_of(mountinfo: &str, target: &Path) -> Vec<PathBuf> {
+    let target = target.to_string_lossy();
+    let Some(line) = mountinfo
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(&*target) && l.contains(" - overlay "))
+    else {
+        return Vec::new();
+    };
+    let options = line.rsplit(' ').next().unwrap_or_default();
+    let mut out = Vec::new();
+    for opt in split_unescaped(options, ',', true) {
+        if let Some(list) = opt.strip_prefix("lowerdir=") {
+            out.extend(
+                split_unescaped(list, ':', false)
+                    .into_iter()
+                    .map(PathBuf::from),
+            );
+        } else if let Some(one) = opt.strip_prefix("lowerdir+=") {
+            out.extend(
+                split_unescaped(one, ',', false)
+                    .into_iter()
+                    .map(PathBuf::from),
+            );
+        }
+    }
+    out
+}
+
+/// `text` split at each `sep` that no backslash escapes, the escapes kept (`keep`) or removed.
+fn split_unescaped(text: &str, sep: char, keep: bool) -> Vec<String> {
+    let (mut parts, mut part, mut chars) = (Vec::new(), String::new(), text.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if keep {
+                    part.push(c);
+                }
+                part.extend(chars.next());
+            }
+            c if c == sep => parts.push(std::mem::take(&mut part)),
+            c => part.push(c),
+        }
+    }
+    parts.push(part);
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +402,20 @@ mod tests {
             .collect();
         let e = classic_options(&many, None).unwrap_err();
         assert!(e.contains("50 layers") && e.contains("6.8"), "{e}");
+    }
+
+    #[test]
+    fn the_layers_of_a_mounted_overlay_are_read_back_from_mountinfo() {
+        let info = "48 27 0:40 / /r/c/rootfs rw,relatime - overlay overlay rw,lowerdir=/l/a:/l/b\\:c,upperdir=/u,workdir=/w,uuid=on\n\
+                    49 27 0:41 / /r/d/rootfs rw - overlay overlay rw,lowerdir+=/l/x,lowerdir+=/l/y\n";
+        assert_eq!(
+            lowerdirs_of(info, Path::new("/r/c/rootfs")),
+            [PathBuf::from("/l/a"), PathBuf::from("/l/b:c")]
+        );
+        assert_eq!(
+            lowerdirs_of(info, Path::new("/r/d/rootfs")),
+            [PathBuf::from("/l/x"), PathBuf::from("/l/y")]
+        );
+        assert!(lowerdirs_of(info, Path::new("/r/e/rootfs")).is_empty());
     }
 }

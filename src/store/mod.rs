@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub mod epoch;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("writing {path}: {source}")]
@@ -50,12 +52,15 @@ struct Envelope<T> {
 
 /// Writes `record` to `path` atomically.
 pub fn save<T: Record>(path: &Path, record: &T) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec_pretty(&Envelope {
+    write_atomic(path, &encode(record))
+}
+
+fn encode<T: Record>(record: &T) -> Vec<u8> {
+    serde_json::to_vec_pretty(&Envelope {
         version: T::VERSION,
         record,
     })
-    .expect("records serialize");
-    write_atomic(path, &bytes)
+    .expect("records serialize")
 }
 
 /// Reads a record written by `save`.
@@ -89,6 +94,19 @@ pub fn load<T: Record>(path: &Path) -> Result<T, StoreError> {
 /// write into each other's file, and the last rename wins whole. On failure the temporary file
 /// is removed and `path` is left as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    write_linked(path, None, bytes)
+}
+
+/// Writes the first record of an object (`save`) and keeps that same file under `copy` too: a
+/// second name for the record as it was before anything was made for the object, which later
+/// saves of `path` (each a new file renamed over it) leave alone. Recovery reads it when
+/// `path` is damaged, to learn what the object may hold (its cgroup, its network attachment)
+/// and release it. The link costs no second write or flush.
+pub fn save_with_copy<T: Record>(path: &Path, copy: &Path, record: &T) -> Result<(), StoreError> {
+    write_linked(path, Some(copy), &encode(record))
+}
+
+fn write_linked(path: &Path, copy: Option<&Path>, bytes: &[u8]) -> Result<(), StoreError> {
     let err = |source| StoreError::Write {
         path: path.to_owned(),
         source,
@@ -100,6 +118,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
+        if let Some(copy) = copy {
+            // A copy left by an attempt a crash cut short is replaced.
+            if let Err(e) = crate::durable::hard_link(&tmp, copy) {
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+                crate::durable::remove_file(copy)?;
+                crate::durable::hard_link(&tmp, copy)?;
+            }
+        }
         crate::durable::rename(&tmp, path)
     })();
     if let Err(e) = written {
@@ -139,6 +167,98 @@ pub const TEMP_SUFFIX: &str = ".tmp";
 /// The file a sandbox's or container's directory holds when recovery could not remove the
 /// object (what failed): the next start tries again, and `crust check` lists them meanwhile.
 pub const RELEASE_FAILED: &str = "RELEASE_FAILED";
+
+/// The directory under the root (`--root`, on disk) that holds the pods' and containers'
+/// records (`sandboxes/`, `containers/`), their epoch (`epoch`) and what was set aside
+/// (`damaged/`).
+pub fn records_dir(root: &Path) -> PathBuf {
+    root.join("records")
+}
+
+/// Moves the record at `from` to `to` on another filesystem (a record an older crust kept in
+/// the state directory, to disk): written whole at `to` first, then removed at `from`, so a
+/// crash leaves it in one place or both, never in neither. Its bytes move as they are, read
+/// or not: recovery at `to` decides what an unreadable one means.
+pub fn move_across(from: &Path, to: &Path) -> Result<(), StoreError> {
+    let bytes = fs::read(from).map_err(|source| StoreError::Read {
+        path: from.to_owned(),
+        source,
+    })?;
+    write_atomic(to, &bytes)?;
+    crate::durable::remove_file(from).map_err(|source| StoreError::Write {
+        path: from.to_owned(),
+        source,
+    })
+}
+
+/// The subdirectories of `dir` (none when it cannot be read): one per record.
+pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The last component of `path` as a string (an object's id, for the directories of records).
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Where unreadable records go (`set_aside`), inside the records directory.
+pub const DAMAGED_DIR: &str = "damaged";
+
+/// Moves the unreadable record at `path` into `damaged` as `<kind>-<id>-<seconds>.json`, so
+/// that recovery goes on without it and an operator can still read what it held (`crust
+/// diagnose` and `crust check` name it). Returns its new path.
+pub fn set_aside(path: &Path, damaged: &Path, kind: &str, id: &str) -> Result<PathBuf, StoreError> {
+    let secs = crate::clock::now_nanos() / 1_000_000_000;
+    let to = damaged.join(format!("{kind}-{id}-{secs}.json"));
+    crate::durable::create_dir_all(damaged).map_err(|source| StoreError::Write {
+        path: damaged.to_owned(),
+        source,
+    })?;
+    rename(path, &to)?;
+    Ok(to)
+}
+
+/// One record `set_aside` moved, as `crust diagnose` and `crust check` name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub kind: String,
+    pub id: String,
+    /// When it was set aside, in seconds since the Unix epoch.
+    pub at: i64,
+    pub path: PathBuf,
+}
+
+/// The records `set_aside` moved into `damaged`, oldest first.
+pub fn damaged(damaged: &Path) -> Vec<Damaged> {
+    let mut found: Vec<Damaged> = fs::read_dir(damaged)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".json")?;
+            let (rest, at) = stem.rsplit_once('-')?;
+            let (kind, id) = rest.split_once('-')?;
+            Some(Damaged {
+                kind: kind.to_owned(),
+                id: id.to_owned(),
+                at: at.parse().ok()?,
+                path: e.path(),
+            })
+        })
+        .collect();
+    found.sort_by_key(|d| d.at);
+    found
+}
 
 /// Removes from `dir` the temporary files of writers that died mid-write (at start); a file
 /// whose writer still runs (a monitor saving an exit while the daemon restarts) is left alone.
@@ -319,5 +439,53 @@ mod tests {
         ));
         fs::write(&p, "{\"vers").unwrap();
         assert!(matches!(load::<Thing>(&p), Err(StoreError::Decode { .. })));
+    }
+
+    #[test]
+    fn the_first_record_keeps_a_copy_that_later_saves_leave_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, copy) = (dir.path().join("r.json"), dir.path().join("planned.json"));
+        let first = Thing {
+            name: "planned".into(),
+            n: 1,
+        };
+        save_with_copy(&p, &copy, &first).unwrap();
+        save(
+            &p,
+            &Thing {
+                name: "later".into(),
+                n: 2,
+            },
+        )
+        .unwrap();
+        assert_eq!(load::<Thing>(&copy).unwrap(), first);
+        assert_eq!(load::<Thing>(&p).unwrap().name, "later");
+        // Damage to the record does not reach the copy.
+        fs::write(&p, "{\"ver").unwrap();
+        assert_eq!(load::<Thing>(&copy).unwrap(), first);
+        assert_eq!(temps(dir.path()), 0);
+    }
+
+    #[test]
+    fn a_record_set_aside_is_listed_with_its_kind_and_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sandbox.json");
+        fs::write(&p, "{\"vers").unwrap();
+        let damaged_dir = dir.path().join(DAMAGED_DIR);
+        let to = set_aside(&p, &damaged_dir, "sandbox", "abc123").unwrap();
+        assert!(!p.exists());
+        assert_eq!(
+            fs::read_to_string(&to).unwrap(),
+            "{\"vers",
+            "kept as it was"
+        );
+        let found = damaged(&damaged_dir);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].kind.as_str(), found[0].id.as_str()),
+            ("sandbox", "abc123")
+        );
+        assert_eq!(found[0].path, to);
+        assert!(damaged(&dir.path().join("none")).is_empty());
     }
 }

@@ -275,6 +275,21 @@ impl Daemon {
         self.state.join("sandboxes").join(id)
     }
 
+    /// Where the daemon keeps the pods' and containers' records, on disk under its root.
+    pub fn records(&self) -> PathBuf {
+        self.root.join("records")
+    }
+
+    /// The directory of sandbox `id`'s record.
+    pub fn sandbox_record_dir(&self, id: &str) -> PathBuf {
+        self.records().join("sandboxes").join(id)
+    }
+
+    /// The directory of container `id`'s record.
+    pub fn container_record_dir(&self, id: &str) -> PathBuf {
+        self.records().join("containers").join(id)
+    }
+
     pub fn ns_dir(&self) -> PathBuf {
         self.state.join("ns")
     }
@@ -301,12 +316,13 @@ impl Daemon {
 
     /// Mounts under this daemon's directory (pins, the ns dir itself).
     pub fn mounts(&self) -> Vec<String> {
-        let prefix = self.dir.to_string_lossy().into_owned();
+        let dir = self.dir.to_string_lossy().into_owned();
+        let prefix = format!("{dir}/");
         std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
             .lines()
             .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|m| m.starts_with(&prefix))
+            .filter(|m| *m == dir || m.starts_with(&prefix))
             .collect()
     }
 
@@ -372,6 +388,8 @@ impl Daemon {
     pub fn assert_clean(&self) {
         let dirs = Daemon::entries(&self.state.join("sandboxes"));
         assert!(dirs.is_empty(), "sandbox dirs left: {dirs:?}");
+        let records = Daemon::entries(&self.records().join("sandboxes"));
+        assert!(records.is_empty(), "sandbox records left: {records:?}");
         let pins = Daemon::entries(&self.ns_dir());
         assert!(pins.is_empty(), "namespace pins left: {pins:?}");
         assert!(
@@ -392,6 +410,44 @@ impl Daemon {
         assert!(self.veths().is_empty(), "veths left: {:?}", self.veths());
     }
 
+    /// A reboot of the node as this daemon sees one, without rebooting: the daemon and every
+    /// process of its pods are SIGKILLed (monitors, pod inits, containers), every mount under
+    /// its directory goes (namespace pins, `/dev/shm`, root filesystems, the state tmpfs), and
+    /// the state directory is emptied; the root directory (records, writable layers, images)
+    /// and host-local's allocations on disk stay, as a disk does. The pods' cgroups stay
+    /// (emptied), which a real reboot would not keep: crust must release them either way.
+    pub fn simulate_reboot(&mut self) {
+        self.kill9();
+        loop {
+            let mut pids = self.monitors();
+            for cgroup in self.pod_cgroups() {
+                pids.extend(cgroup_members(Path::new(&cgroup)));
+            }
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut mounts = self.mounts();
+        // Deepest first: a mount under another goes before it.
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+        assert!(self.mounts().is_empty(), "mounts left: {:?}", self.mounts());
+        for e in Daemon::entries(&self.state) {
+            std::fs::remove_dir_all(self.state.join(&e))
+                .or_else(|_| std::fs::remove_file(self.state.join(&e)))
+                .unwrap();
+        }
+    }
+
     /// The links plugged into this daemon's bridge (the host ends of pods' veths).
     pub fn veths(&self) -> Vec<String> {
         let master = format!("master {} ", self.bridge);
@@ -401,6 +457,21 @@ impl Daemon {
             .map(str::to_owned)
             .collect()
     }
+}
+
+/// The pids in cgroup directory `dir` and every cgroup below it.
+pub fn cgroup_members(dir: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            pids.extend(cgroup_members(&e.path()));
+        }
+    }
+    pids
 }
 
 /// Every cgroup hierarchy mounted under /sys/fs/cgroup: the root on v2, each controller's on

@@ -186,3 +186,15 @@ pub fn diagnose_cause(d: &Daemon, target: &str) -> (String, String) {
     assert!(ok, "crust diagnose {target} failed: {err}\n{out}");
     (out.lines().next().unwrap_or_default().to_owned(), out)
 }
+
+/// Waits, polling every 20 ms, until `done` holds; panics naming `what` after `within`.
+pub async fn eventually(what: &str, within: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -490,6 +490,7 @@ impl Env {
         let mut left = Vec::new();
         for dir in [
             self.d.root.join("containers"),
+            self.d.records().join("containers"),
             self.d.state.join("containers"),
             self.d.state.join("runtime"),
         ] {

@@ -188,6 +188,7 @@ impl Containers {
                 oom_scope: None,
                 message: message.clone(),
                 start_failed: false,
+                state_lost: false,
             });
             if let Ok((_, entry)) = self.entry(&id) {
                 self.finish_exit(&id, &entry, exit);

@@ -47,7 +47,7 @@ impl Containers {
             me.poststop_now(&record).await?;
             crate::store::rename(
                 &me.ctx.record_path(&held.id),
-                &me.ctx.container_dir(&held.id).join(TOMBSTONE),
+                &me.ctx.record_dir(&held.id).join(TOMBSTONE),
             )?;
             crate::failpoint!("container.remove.after_tombstone");
             me.reclaims.begin(&record);
@@ -110,7 +110,7 @@ impl Containers {
         if let Err(e) = &released {
             tracing::error!(error = %e, "reclaiming a removed container; kept for a retry");
             let why = format!("reclaiming this removed container failed: {e}\n");
-            let file = self.ctx.container_dir(&record.id).join(RELEASE_FAILED);
+            let file = self.ctx.record_dir(&record.id).join(RELEASE_FAILED);
             if let Err(e) = crate::durable::write(file, why) {
                 tracing::warn!(error = %e, "recording why the reclaim failed");
             }

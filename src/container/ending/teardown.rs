@@ -1,7 +1,7 @@
 //! Releasing everything a container holds: its process (through the monitor), the runtime
 //! binary's state (`<runtime> delete --force`, for a handler that names one), its cgroup,
 //! libcontainer's state, its root filesystem and writable layer, its image hold, and last its
-//! directory with the record. Every step tolerates what is already gone, so the same function
+//! directories: the state's, then the record's. Every step tolerates what is already gone, so the same function
 //! serves RemoveContainer's background reclaim, the rollback of a failed CreateContainer and
 //! recovery. All steps run even when one fails; the failures are reported together and the
 //! record stays for a retry.
@@ -59,8 +59,12 @@ pub(in crate::container) async fn release(
         }
         crate::failpoint!("container.teardown.after_image_release");
         errors.extend(crate::container::volumes::release_all(&images, &record));
+        // Last the directories: the state's, then the record's (with the tombstone), so that
+        // a crash before the end leaves the record for the next start to finish the job.
         if errors.is_empty() {
-            if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id)) {
+            if let Err(e) = rootfs::remove_dir(&ctx.container_dir(&id))
+                .and_then(|()| rootfs::remove_dir(&ctx.record_dir(&id)))
+            {
                 errors.push(e);
             }
         }

@@ -43,6 +43,7 @@ fn exit(code: i32, oom: bool) -> ExitInfo {
         oom_scope: None,
         message: String::new(),
         start_failed: false,
+        state_lost: false,
     }
 }
 

@@ -36,6 +36,10 @@ pub struct State {
 pub struct Pins {
     pub in_flight: HashMap<Digest, usize>,
     pub holds: HashMap<String, Hold>,
+    /// Records this crust could not read whose content it cannot name (a hold set aside, by
+    /// its file's stem; a newer crust's hold or image record): while any is here, garbage
+    /// collection deletes nothing, as it could delete what they keep.
+    pub unknown: std::collections::BTreeSet<String>,
 }
 
 /// Removes its pins when dropped.
@@ -106,8 +110,12 @@ impl Images {
     }
 
     /// Reads every record from disk. Without `wait`, gives up (keeping the old table) when
-    /// another process holds the store lock: it bumps the generation again when done.
-    pub(in crate::image) fn reload(&self, wait: bool) -> Result<(), ImageError> {
+    /// another process holds the store lock: it bumps the generation again when done. Returns
+    /// the records that could not be read.
+    pub(in crate::image) fn reload(
+        &self,
+        wait: bool,
+    ) -> Result<Vec<(std::path::PathBuf, crate::store::StoreError)>, ImageError> {
         let _guard = if self.holds_store_lock() {
             None
         } else if wait {
@@ -115,16 +123,16 @@ impl Images {
         } else {
             match self.paths.try_lock(false) {
                 Ok(Some(l)) => Some(Ok(l)),
-                _ => return Ok(()),
+                _ => return Ok(Vec::new()),
             }
         };
         let current = self.paths.generation();
-        let table = Table::from_records(load_records(&self.paths)?);
+        let (records, unreadable) = load_records(&self.paths)?;
         *self.state.write().unwrap_or_else(|e| e.into_inner()) = State {
-            table: Arc::new(table),
+            table: Arc::new(Table::from_records(records)),
             generation: current,
         };
-        Ok(())
+        Ok(unreadable)
     }
 
     pub(in crate::image) fn holds_store_lock(&self) -> bool {
@@ -139,7 +147,7 @@ impl Images {
             source,
         })?;
         *lock(&self.held_lock) = Some(l);
-        self.reload(true)
+        self.reload(true).map(drop)
     }
 
     /// Runs `f` with the store lock held exclusively and the table current. Blocking.
@@ -164,7 +172,7 @@ impl Images {
                 .unwrap_or_else(|e| e.into_inner())
                 .generation
         {
-            let table = Table::from_records(load_records(&self.paths)?);
+            let table = Table::from_records(load_records(&self.paths)?.0);
             let mut s = self.state.write().unwrap_or_else(|e| e.into_inner());
             s.table = Arc::new(table);
             s.generation = self.paths.generation();
@@ -201,14 +209,20 @@ impl Images {
     }
 }
 
-fn load_records(paths: &StorePaths) -> Result<Vec<ImageRecord>, ImageError> {
+/// Every image record, and those that could not be read (each logged).
+type Loaded = (
+    Vec<ImageRecord>,
+    Vec<(std::path::PathBuf, crate::store::StoreError)>,
+);
+
+fn load_records(paths: &StorePaths) -> Result<Loaded, ImageError> {
     let dir = paths.records_dir();
     let entries = std::fs::read_dir(&dir).map_err(|source| ImageError::Io {
         what: "reading",
         path: dir.clone(),
         source,
     })?;
-    let mut out = Vec::new();
+    let (mut out, mut unreadable) = (Vec::new(), Vec::new());
     for e in entries.flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "json")
@@ -216,9 +230,12 @@ fn load_records(paths: &StorePaths) -> Result<Vec<ImageRecord>, ImageError> {
         {
             match crate::store::load::<ImageRecord>(&p) {
                 Ok(r) => out.push(r),
-                Err(err) => tracing::warn!(error = %err, "skipping unreadable image record"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "skipping unreadable image record");
+                    unreadable.push((p, err));
+                }
             }
         }
     }
-    Ok(out)
+    Ok((out, unreadable))
 }

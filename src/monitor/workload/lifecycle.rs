@@ -405,6 +405,7 @@ pub fn process_exited(monitor: &Monitor, id: &str, status: WaitStatus) {
             oom_killed,
             oom_scope: watch.filter(|_| oom_killed).map(|o| o.scope_at_exit()),
             start_failed: false,
+            state_lost: false,
             message: String::new(),
         };
         // A start that failed ends the container as runc's does, whatever ended the process.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use std::path::Path;
 
-use crate::sandbox::{SandboxContext, SandboxError, Sandboxes};
+use crate::sandbox::{SandboxError, Sandboxes};
 
 impl Sandboxes {
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
@@ -30,12 +30,15 @@ impl Sandboxes {
         self.release_held(&held).await?;
         let record = held.entry.snapshot();
         // The record first: a crash midway leaves a directory without a record, which the
-        // next start discards, never a record of a half-deleted sandbox.
-        let path = SandboxContext::record_path(&record.dir);
-        let removed = remove_file(&path).and_then(|()| {
-            crate::failpoint!("sandbox.remove.after_record_deleted");
-            remove_tree(&record.dir)
-        });
+        // next start discards, never a record of a half-deleted sandbox. The record's own
+        // directory (its planned copy) goes with it.
+        let path = self.ctx.record_path(&record.id);
+        let removed = remove_file(&path)
+            .and_then(|()| remove_tree(&self.ctx.record_dir(&record.id)))
+            .and_then(|()| {
+                crate::failpoint!("sandbox.remove.after_record_deleted");
+                remove_tree(&record.dir)
+            });
         if let Err(errors) = removed {
             return Err(SandboxError::Teardown {
                 id: held.id,
