@@ -135,7 +135,11 @@ async fn a_truncated_container_record_ends_that_container_alone() {
     );
     assert!(!layer.exists());
     let listed: Vec<String> = e.listed().await.into_iter().map(|c| c.id).collect();
-    assert_eq!(listed, std::slice::from_ref(&whole), "only the whole one is listed");
+    assert_eq!(
+        listed,
+        std::slice::from_ref(&whole),
+        "only the whole one is listed"
+    );
     let (status, _) = status(&mut e.c, &pod.0).await;
     assert_eq!(status.state, pb::PodSandboxState::SandboxReady as i32);
     assert_eq!(e.sh(&whole, "echo still here").await, "still here\n");
