@@ -26,7 +26,8 @@ run:
 	$(CARGO) build --release --bins
 	./target/release/crust serve $(ARGS)
 
-## Every test: unit, integration (real daemon, namespaces, CNI, registry; the fuzz targets build
+## Every test: unit, integration (real daemon, namespaces, CNI, registry; the previous release's
+## crust for the upgrade test, built once per machine by hack/build-previous.sh; the fuzz targets build
 ## beside them at the lowest priority, hack/beside-fuzz-build.sh), every fuzz target for
 ## $(FUZZ_SECS) seconds, then the whole critest
 ## suite against a crust of its own (hack/critest.sh; critest-config/skips.txt lists the gaps),
@@ -37,6 +38,7 @@ run:
 test:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools kubelet runsc
+	hack/build-previous.sh >/dev/null
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/beside-fuzz-build.sh $(CARGO) test --no-fail-fast -- --test-threads=2
 	hack/fuzz.sh $(FUZZ_SECS)
@@ -49,6 +51,7 @@ test:
 test-stress:
 	hack/install-deps.sh test
 	hack/build-tools.sh cri-tools kubelet runsc
+	hack/build-previous.sh >/dev/null
 	$(CARGO) build --bins
 	PATH="$(CRI_TOOLS):$$PATH" hack/test-stress.sh $(STRESS_ROUNDS)
 

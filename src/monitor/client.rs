@@ -135,9 +135,12 @@ pub fn read_pidfile(dir: &Path) -> Option<Identity> {
 
 impl MonitorHandle {
     /// Asks the monitor for its identity; fails if another process answers or none does.
-    pub async fn ping(&self, timeout: Duration) -> Result<(), MonitorError> {
+    /// Returns the protocol version it speaks.
+    pub async fn ping(&self, timeout: Duration) -> Result<u32, MonitorError> {
         match self.ask(&Request::Ping, timeout).await? {
-            Reply::Ok { identity, .. } if identity == self.identity => Ok(()),
+            Reply::Ok {
+                identity, protocol, ..
+            } if identity == self.identity => Ok(protocol),
             Reply::Ok { identity, .. } => Err(MonitorError::Protocol(format!(
                 "socket answered as monitor {}, expected {}",
                 identity.pid, self.identity.pid

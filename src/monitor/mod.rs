@@ -18,6 +18,8 @@ pub mod client;
 pub mod oci_cli;
 mod pod_init;
 mod process;
+#[cfg(test)]
+mod protocol_tests;
 mod server;
 pub mod session;
 mod state;
@@ -30,6 +32,21 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{MonitorError, MonitorHandle, StartFailed, Subscription, read_pidfile, spawn};
 pub use process::main as run;
+
+/// The version of the daemon-to-monitor protocol (the [`Request`] and [`Reply`] lines) this
+/// build speaks. A monitor outlives the daemon that started it, so a daemon talks to monitors of
+/// older (and, after a downgrade, newer) builds: a change a monitor of another version would
+/// misread (a new request, a field whose absence means something else) raises this number, and
+/// the daemon checks a monitor's version (from its Ping answer) before sending it such a
+/// request. 1: crust 0.1.0, whose answers name no version; 2: the Ok answer names it.
+/// tests/fixtures/monitor-protocol holds each version's lines, which this build must read and
+/// still write as they are.
+pub const PROTOCOL: u32 = 2;
+
+/// The protocol of a monitor whose answers name none (crust 0.1.0's).
+fn first_protocol() -> u32 {
+    1
+}
 
 /// File names inside the sandbox directory.
 pub const SOCKET: &str = "monitor.sock";
@@ -241,6 +258,9 @@ pub enum Reply {
     Ok {
         sandbox_id: String,
         identity: Identity,
+        /// The protocol version the monitor speaks.
+        #[serde(default = "first_protocol")]
+        protocol: u32,
     },
     Err {
         #[serde(default)]

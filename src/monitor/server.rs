@@ -201,6 +201,7 @@ async fn handle(monitor: &Rc<Monitor>, request: Request) -> Reply {
     let ok = || Reply::Ok {
         sandbox_id: monitor.config.sandbox_id.clone(),
         identity: monitor.identity,
+        protocol: super::PROTOCOL,
     };
     match request {
         Request::Ping => ok(),

@@ -34,6 +34,9 @@ pub struct RecoverySummary {
     pub newer: usize,
     /// Records moved from the state directory to disk (written by an older crust).
     pub migrated: usize,
+    /// Running pods whose monitor speaks another protocol version than this build (started by
+    /// an older or newer crust): kept, and asked only what their version understands.
+    pub other_protocol: usize,
 }
 
 /// How many pods whose state was lost are released at once after a start.
@@ -274,16 +277,21 @@ impl Sandboxes {
 
     async fn adopt(self: &Arc<Self>, mut record: SandboxRecord, summary: &mut RecoverySummary) {
         if record.phase == Phase::Ready {
-            let alive = match record.monitor {
+            let protocol = match record.monitor {
                 Some(identity) => MonitorHandle {
                     identity,
                     dir: record.dir.clone(),
                 }
                 .ping(self.ctx.monitor_timeout)
                 .await
-                .is_ok(),
-                None => false,
+                .ok(),
+                None => None,
             };
+            if let Some(version) = protocol.filter(|v| *v != crate::monitor::PROTOCOL) {
+                tracing::info!(pod_id = %record.id, protocol = version, ours = crate::monitor::PROTOCOL, "pod monitor of another crust version adopted");
+                summary.other_protocol += 1;
+            }
+            let alive = protocol.is_some();
             if !alive {
                 crate::metrics::monitor_died();
                 let death = super::monitor_death(&self.ctx.cgroups, &record);

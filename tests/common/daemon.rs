@@ -28,6 +28,9 @@ pub struct Daemon {
     pub subnet_prefix: String,
     pub cgroup_parent: String,
     pub config: PathBuf,
+    /// The crust binary `launch` starts (this build's unless a test names another: the
+    /// previous release, for an upgrade).
+    pub exe: PathBuf,
 }
 
 pub fn require_root() {
@@ -82,6 +85,7 @@ impl Daemon {
             subnet_prefix: format!("10.{}.{}", 200 + (std::process::id() % 50), n % 250),
             cgroup_parent: format!("/crust-it-{tag}"),
             config: dir.join("config.toml"),
+            exe: PathBuf::from(env!("CARGO_BIN_EXE_crust")),
             dir,
         };
         std::fs::create_dir_all(&d.cni_conf).unwrap();
@@ -153,7 +157,7 @@ impl Daemon {
             .append(true)
             .open(self.dir.join("daemon.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_crust"))
+        let child = Command::new(&self.exe)
             .arg("serve")
             .arg("--config")
             .arg(&self.config)

@@ -120,6 +120,11 @@ impl Env {
 
     /// Like `start`, with a chance to change the daemon's config before it starts.
     pub async fn start_with(configure: impl FnOnce(&Daemon)) -> Env {
+        Env::start_as(None, configure).await
+    }
+
+    /// Like `start_with`, with the daemon run from binary `exe` when one is named.
+    pub async fn start_as(exe: Option<&Path>, configure: impl FnOnce(&Daemon)) -> Env {
         let reg = Registry::start(Auth::None);
         let img = image(
             &[(tar(&test_image_layer()), Comp::Gzip)],
@@ -127,7 +132,10 @@ impl Env {
             "amd64",
         );
         reg.push("busybox", "1", &img).await;
-        let d = Daemon::prepare();
+        let mut d = Daemon::prepare();
+        if let Some(exe) = exe {
+            d.exe = exe.to_owned();
+        }
         d.write_bridge_network(&[]);
         d.append_config(&format!(
             "\n[registry.mirrors.\"{0}\"]\nendpoints = [\"http://{0}\"]\n",
