@@ -125,26 +125,33 @@ pub fn setup_console_socket(
         linked: linked.to_path_buf().into(),
         console_socket_path: console_socket_path.to_path_buf().into(),
     })?;
-    let csocketfd = socket::socket(
-        socket::AddressFamily::Unix,
-        socket::SockType::Stream,
-        socket::SockFlag::empty(),
-        None,
-    )
-    .map_err(|err| TTYError::CreateConsoleSocketFd { source: err })?;
-    socket::connect(
-        csocketfd.as_raw_fd(),
-        &socket::UnixAddr::new(linked.as_path()).map_err(|err| TTYError::InvalidSocketName {
-            source: err,
+    let connect = || -> Result<OwnedFd> {
+        let csocketfd = socket::socket(
+            socket::AddressFamily::Unix,
+            socket::SockType::Stream,
+            socket::SockFlag::empty(),
+            None,
+        )
+        .map_err(|err| TTYError::CreateConsoleSocketFd { source: err })?;
+        socket::connect(
+            csocketfd.as_raw_fd(),
+            &socket::UnixAddr::new(linked.as_path()).map_err(|err| {
+                TTYError::InvalidSocketName {
+                    source: err,
+                    socket_name: socket_name.to_string(),
+                }
+            })?,
+        )
+        .map_err(|e| TTYError::CreateConsoleSocket {
+            source: e,
             socket_name: socket_name.to_string(),
-        })?,
-    )
-    .map_err(|e| TTYError::CreateConsoleSocket {
-        source: e,
-        socket_name: socket_name.to_string(),
-    })?;
-
-    Ok(csocketfd)
+        })?;
+        Ok(csocketfd)
+    };
+    let connected = connect();
+    // crust: the link only serves the connect; 0.7.0 left one per tty exec behind.
+    let _ = std::fs::remove_file(&linked);
+    connected
 }
 
 /// Device numbers from Linux kernel headers.
