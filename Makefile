@@ -66,11 +66,18 @@ cgroupv2-test:
 ## Churn by hand: pods with a running container created and removed by CRUST_SOAK_CLIENTS
 ## clients (4) for CRUST_SOAK_SECS seconds (600) after CRUST_SOAK_WARMUP_SECS (120) of warm-up,
 ## checking for leaks every minute and printing the daemon's RSS and descriptors; RSS must stay
-## within 10% of the warmed-up daemon's (tests/churn.rs, the ignored `soak` test).
+## within 10% of the warmed-up daemon's (tests/churn.rs, the ignored `soak` test). Then months
+## of traffic (tests/traffic.rs, tests/kubelet_restart.rs, which make test runs small): 10000
+## ExecSync, 2000 streamed execs and attaches, 1000 log rotations under a fast writer, kubelet
+## restarted 10 times while 30 pods start; nothing may be lost or leaked.
 soak:
 	hack/install-deps.sh test
+	hack/build-tools.sh cri-tools kubelet
 	$(CARGO) build --bins
 	$(CARGO) test --test churn -- --ignored --nocapture soak
+	CRUST_SOAK_EXECS=$${CRUST_SOAK_EXECS:-10000} CRUST_SOAK_STREAMS=$${CRUST_SOAK_STREAMS:-2000} \
+	  CRUST_SOAK_ROTATIONS=$${CRUST_SOAK_ROTATIONS:-1000} CRUST_SOAK_KUBELET_RESTARTS=$${CRUST_SOAK_KUBELET_RESTARTS:-10} \
+	  PATH="$(CRI_TOOLS):$$PATH" $(CARGO) test --test traffic --test kubelet_restart -- --nocapture --test-threads=1
 
 ## The whole critest suite alone.
 critest:

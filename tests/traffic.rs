@@ -43,7 +43,9 @@ fn held(pid: i32) -> Held {
             .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
     };
     Held {
-        fds: std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count(),
+        fds: std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count(),
         threads: field("Threads:") as usize,
         rss_kib: field("VmRSS:"),
     }
@@ -158,7 +160,10 @@ async fn attach_once(e: &mut Env, id: &str, n: usize) {
         let read = tokio::time::timeout(Duration::from_secs(30), out.read_line(&mut got))
             .await
             .expect("the attached shell answers");
-        assert!(read.unwrap() > 0, "attach {n} ended before its line came back");
+        assert!(
+            read.unwrap() > 0,
+            "attach {n} ended before its line came back"
+        );
     }
     child.kill().await.unwrap();
 }
@@ -216,21 +221,33 @@ async fn thousands_of_execs_streams_and_attaches_leak_nothing() {
     }
     // The warm-up: the first calls size the pools and buffers that later calls reuse.
     round(&mut e, &app, &shell, execs / 10, streams / 10).await;
-    let base = (held(daemon), held(monitor), files(&e.d.state), files(&e.d.root));
+    let base = (
+        held(daemon),
+        held(monitor),
+        files(&e.d.state),
+        files(&e.d.root),
+    );
     let began = std::time::Instant::now();
     round(&mut e, &app, &shell, execs, streams).await;
     let took = began.elapsed();
 
     let d = settles_to("the daemon", daemon, base.0, 2048).await;
     let m = settles_to("the pod's monitor", monitor, base.1, 512).await;
-    assert_eq!(files(&e.d.state), base.2, "the state directory kept a call's file");
+    assert_eq!(
+        files(&e.d.state),
+        base.2,
+        "the state directory kept a call's file"
+    );
     assert_eq!(files(&e.d.root), base.3, "the root kept a call's file");
     println!(
         "{execs} ExecSync, {streams} streamed execs and {streams} attaches in {took:?}: daemon {:?} -> {d:?}, monitor {:?} -> {m:?}",
         base.0, base.1
     );
     for id in [&app, &shell] {
-        assert_eq!(e.status(id).await.state, pb::ContainerState::ContainerRunning as i32);
+        assert_eq!(
+            e.status(id).await.state,
+            pb::ContainerState::ContainerRunning as i32
+        );
     }
     e.end_pod(&pod.0).await;
 }
@@ -266,7 +283,10 @@ fn logged_numbers(files: &[std::path::PathBuf]) -> (Vec<u64>, usize) {
                     .split_once(' ')
                     .unwrap_or_else(|| panic!("a torn line: {line:?}"));
                 assert_eq!(pad.len(), 200, "a torn line: {line:?}");
-                numbers.push(n.parse().unwrap_or_else(|_| panic!("a torn line: {line:?}")));
+                numbers.push(
+                    n.parse()
+                        .unwrap_or_else(|_| panic!("a torn line: {line:?}")),
+                );
             }
         }
     }

@@ -285,6 +285,15 @@ featureGates: {{EventedPLEG: true, PodAndContainerStatsFromCRI: true}}
         out
     }
 
+    /// Stops kubelet (SIGTERM, as an upgrade or a crash loop of its own does) and starts it
+    /// again over the same root directory, manifests and cgroups, as a node does.
+    pub fn restart(&mut self, d: &Daemon) {
+        self.stop();
+        let fresh = Kubelet::start_with(d, &d.dir.join("kubelet/device-plugins"));
+        // The old value's drop would remove the cgroups the pods still run in.
+        std::mem::forget(std::mem::replace(self, fresh));
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let pid = nix::unistd::Pid::from_raw(c.id() as i32);
