@@ -131,3 +131,120 @@ async fn an_image_whose_account_files_are_a_fifo_or_a_device_is_refused_and_bloc
     let id = e.run(&pod, e.config("ok", &["sleep", "600"])).await;
     assert_eq!(e.sh(&id, "id -u").await.trim(), "0");
 }
+
+/// The daemon's peak resident memory (VmHWM), in kB.
+fn hwm_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn daemon_pid(e: &Env) -> u32 {
+    e.d.child.as_ref().unwrap().id()
+}
+
+/// A registry whose `/v2/` asks for a bearer token from a realm on its own port, and whose
+/// realm answers 200 with a token response that never ends. Each realm connection, once the
+/// client hangs up, reports how many bytes it got written.
+fn endless_token_realm() -> (String, std::sync::mpsc::Receiver<u64>) {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (sent, written) = std::sync::mpsc::channel();
+    let realm = format!("http://{addr}/token");
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let (realm, sent) = (realm.clone(), sent.clone());
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                let mut h = String::from("-");
+                while r.read_line(&mut h).is_ok_and(|n| n > 0) && h.trim() != "" {
+                    if line.is_empty() {
+                        line = h.clone();
+                    }
+                    h.clear();
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or_default();
+                if !path.starts_with("/token") {
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"{realm}\",\
+                         service=\"hostile\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    return;
+                }
+                let mut n = 0u64;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                            Connection: close\r\n\r\n{\"token\":\"";
+                let filler = vec![b'a'; 64 << 10];
+                if s.write_all(head.as_bytes()).is_ok() {
+                    // Bounded anyway (4 GiB), so a broken client cannot keep the test running.
+                    while n < 4 << 30 && s.write_all(&filler).is_ok() {
+                        n += filler.len() as u64;
+                    }
+                }
+                let _ = sent.send(n);
+            });
+        }
+    });
+    (addr, written)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_realm_that_answers_without_end_is_cut_off_at_its_cap() {
+    let (addr, written) = endless_token_realm();
+    let mut e = Env::start_with(|d| {
+        d.append_config(&format!(
+            "\n[registry.mirrors.\"{addr}\"]\nendpoints = [\"http://{addr}\"]\n"
+        ))
+    })
+    .await;
+    let pid = daemon_pid(&e);
+    let (rss_before, hwm_before) = (rss_kb(pid), hwm_kb(pid));
+    let mut pulls = Vec::new();
+    for i in 0..3 {
+        let mut images = e.d.images().await;
+        let name = format!("{addr}/app{i}:1");
+        pulls.push(tokio::spawn(async move {
+            images.pull_image(pull_request(&name)).await
+        }));
+    }
+    for p in pulls {
+        let err = tokio::time::timeout(Duration::from_secs(30), p)
+            .await
+            .expect("the pull answered within 30 s")
+            .unwrap()
+            .expect_err("a pull through an endless token realm succeeded");
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+        for words in [
+            format!("http://{addr} named a token realm (http://{addr}/token)"),
+            "more than 1 MiB, the cap on a token response".into(),
+        ] {
+            assert!(err.message().contains(&words), "{}", err.message());
+        }
+    }
+    // Each realm connection was hung up on after about the cap (plus what the sockets hold).
+    for _ in 0..3 {
+        let n = written
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the daemon hung up on the realm");
+        assert!(
+            n < 16 << 20,
+            "the daemon read {n} bytes of one token response"
+        );
+    }
+    let (rss_after, hwm_after) = (rss_kb(pid), hwm_kb(pid));
+    eprintln!(
+        "token realm: RSS {rss_before} -> {rss_after} kB, peak {hwm_before} -> {hwm_after} kB"
+    );
+    assert!(
+        hwm_after < hwm_before + (32 << 10),
+        "the daemon's peak RSS grew from {hwm_before} to {hwm_after} kB"
+    );
+    answers_promptly(&mut e.c, "after three endless token responses").await;
+}
