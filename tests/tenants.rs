@@ -248,3 +248,94 @@ async fn a_token_realm_that_answers_without_end_is_cut_off_at_its_cap() {
     );
     answers_promptly(&mut e.c, "after three endless token responses").await;
 }
+
+fn daemon_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Opens `n` connections to `addr` that never send a byte.
+fn silent_connections(addr: &str, n: usize) -> Vec<std::net::TcpStream> {
+    (0..n)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect()
+}
+
+/// Sends one HTTP/1.1 GET of `path` to `addr` and returns the status line, within 2 s.
+fn get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_to_the_stream_and_metrics_servers_are_capped() {
+    use std::io::Read;
+    let metrics_port = free_port();
+    let mut e = Env::start_with(|d| {
+        d.append_config(&format!(
+            "\n[metrics]\naddress = \"127.0.0.1:{metrics_port}\"\n"
+        ))
+    })
+    .await;
+    let pod = e.pod("pf").await;
+    let url =
+        e.c.port_forward(pb::PortForwardRequest {
+            pod_sandbox_id: pod.0.clone(),
+            port: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let stream = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let pid = daemon_pid(&e);
+    let (fds_before, rss_before) = (daemon_fds(pid), rss_kb(pid));
+    // Far more than either cap (128 and 16), and more than either would hold for the whole
+    // head timeout if they were all kept.
+    let (n_stream, n_metrics) = (1000, 200);
+    let mut held = silent_connections(&stream, n_stream);
+    held.extend(silent_connections(&metrics, n_metrics));
+    // The oldest of each were closed by the daemon to make room: each reads end of file, long
+    // before any head timeout (10 s and 30 s).
+    let pushed_out = held[..n_stream - 128]
+        .iter()
+        .chain(&held[n_stream..n_stream + n_metrics - 16]);
+    let asked = Instant::now();
+    for mut s in pushed_out {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).expect("the daemon closed it"), 0);
+    }
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    let (fds_after, rss_after) = (daemon_fds(pid), rss_kb(pid));
+    eprintln!(
+        "silent connections: {n_stream} + {n_metrics} held; daemon fds {fds_before} -> \
+         {fds_after}, RSS {rss_before} -> {rss_after} kB"
+    );
+    assert!(
+        fds_after <= fds_before + 128 + 16 + 8,
+        "the daemon holds {fds_after} descriptors (was {fds_before})"
+    );
+    // While the peer still holds its newest connections, others are served at once.
+    assert!(get(&stream, "/exec/nosuchtoken").contains(" 404"));
+    assert!(get(&metrics, "/metrics").contains(" 200"));
+    answers_promptly(&mut e.c, "with 1200 silent connections held").await;
+    drop(held);
+}
