@@ -8,7 +8,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::oci_build::{Comp, Node, image, tar};
+use common::oci_build::{Comp, Node, file, image, tar};
+use common::registry::{Auth, Registry, Throttle};
 use common::workload::{Env, test_image_layer};
 use common::*;
 use crust::cri::pb;
@@ -338,4 +339,83 @@ async fn silent_connections_to_the_stream_and_metrics_servers_are_capped() {
     assert!(get(&metrics, "/metrics").contains(" 200"));
     answers_promptly(&mut e.c, "with 1200 silent connections held").await;
     drop(held);
+}
+
+/// An image of one layer holding `n` bytes gzip cannot shrink.
+fn noise_image(n: usize, seed: u64) -> oci_build::Image {
+    let mut x = seed | 1;
+    let noise: Vec<u8> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    image(
+        &[(tar(&[file("noise", &noise)]), Comp::Gzip)],
+        json!({"Cmd": ["sh"]}),
+        "amd64",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_dripping_under_the_stall_timeout_loses_its_download_slot() {
+    let reg = Registry::start(Auth::None);
+    let (drip, other) = (noise_image(1 << 20, 7), noise_image(64 << 10, 11));
+    reg.push("drip", "1", &drip).await;
+    reg.push("other", "1", &other).await;
+    // 16 KiB every 2 s: always within the 3 s progress timeout, far under 64 KiB/s.
+    let slow = Throttle::start(&reg.addr, 8 << 10);
+    let e = Env::start_with(|d| {
+        d.append_config(&format!(
+            "\n[registry.mirrors.\"{0}\"]\nendpoints = [\"http://{0}\"]\n\
+             [registry.mirrors.\"{1}\"]\nendpoints = [\"http://{1}\"]\n",
+            slow.addr, reg.addr
+        ));
+        d.drop_in(
+            "slots.toml",
+            "[image]\nmax_concurrent_downloads = 1\npull_progress_timeout_secs = 3\n\
+             pull_min_kib_per_sec = 64\n",
+        );
+    })
+    .await;
+    let pid = daemon_pid(&e);
+    let hwm_before = hwm_kb(pid);
+    let started = Instant::now();
+    let (mut a, mut b) = (e.d.images().await, e.d.images().await);
+    let name = format!("{}/drip:1", slow.addr);
+    let dripping = tokio::spawn(async move { a.pull_image(pull_request(&name)).await });
+    // Waits for the one download slot the dripping layer holds.
+    let name = format!("{}/other:1", reg.addr);
+    let waiting = tokio::spawn(async move { b.pull_image(pull_request(&name)).await });
+    let err = tokio::time::timeout(Duration::from_secs(30), dripping)
+        .await
+        .expect("the dripping pull answered within 30 s")
+        .unwrap()
+        .expect_err("a pull at 8 KiB/s passed a 64 KiB/s floor");
+    let failed_after = started.elapsed();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    let layer = drip.layers[0].digest();
+    for words in [
+        format!("pulling {}/drip:1", slow.addr),
+        format!("blob {layer}"),
+        "under image.pull_min_kib_per_sec = 64".into(),
+    ] {
+        assert!(err.message().contains(&words), "{}", err.message());
+    }
+    let got = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiting pull answered within 30 s")
+        .unwrap()
+        .expect("the waiting pull got the slot");
+    assert_eq!(got.into_inner().image_ref, other.id());
+    eprintln!(
+        "dripping registry: DeadlineExceeded after {:.1} s, the waiting pull done after {:.1} s, \
+         peak RSS {hwm_before} -> {} kB",
+        failed_after.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        hwm_kb(pid)
+    );
+    assert!(failed_after < Duration::from_secs(15), "{failed_after:?}");
 }

@@ -293,6 +293,11 @@ impl Session {
         }
     }
 
+    /// The progress timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Runs `f`, failing with `Stalled` when it takes longer than the progress timeout.
     pub async fn within<T>(&self, what: &str, f: impl Future<Output = T>) -> Result<T, PullError> {
         tokio::time::timeout(self.timeout, f)
