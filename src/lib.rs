@@ -1,6 +1,7 @@
 //! crust: a Kubernetes container runtime speaking CRI v1.
 #![deny(unsafe_code)]
 
+pub mod accept;
 pub mod cdi;
 pub mod check;
 pub mod clock;

@@ -196,6 +196,7 @@ mod tests {
             [image]
             max_concurrent_downloads = 1
             pull_progress_timeout_secs = 1
+            pull_min_kib_per_sec = 1
             min_free_percent = 1
             [stream]
             address = "::"

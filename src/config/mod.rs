@@ -411,6 +411,9 @@ pub struct ImageStoreConfig {
     pub max_concurrent_downloads: usize,
     /// A pull that receives no data for this many seconds is aborted.
     pub pull_progress_timeout_secs: u64,
+    /// A layer download that averages less than this many KiB/s over a window of
+    /// `pull_progress_timeout_secs` is aborted, freeing its download slot; 0 turns it off.
+    pub pull_min_kib_per_sec: u64,
     /// Pulls stop (ResourceExhausted) rather than leave less than this share of the image
     /// filesystem's space or inodes free; 0 turns the check off.
     pub min_free_percent: u8,
@@ -424,6 +427,7 @@ impl Default for ImageStoreConfig {
         ImageStoreConfig {
             max_concurrent_downloads: 3,
             pull_progress_timeout_secs: 60,
+            pull_min_kib_per_sec: 16,
             min_free_percent: 5,
             pinned_images: Vec::new(),
         }

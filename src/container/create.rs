@@ -249,10 +249,22 @@ impl Containers {
         }
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
         let (apparmor, security) = (self.ctx.apparmor.clone(), record.spec.security.clone());
-        let apparmor_default =
-            blocking(move || super::apparmor::for_container(apparmor.as_ref(), &security))
-                .await
-                .map_err(|e| ("check the AppArmor profile", e))?;
+        let rootfs = layout.rootfs.clone();
+        // One hop to the blocking pool for both: the image's files are the image author's,
+        // and a FIFO there must not hold an async worker (`accounts`).
+        let (apparmor_default, accounts) = blocking(move || {
+            let profile = match super::apparmor::for_container(apparmor.as_ref(), &security) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(("check the AppArmor profile", e))),
+            };
+            let accounts = match super::accounts::read(&rootfs) {
+                Ok(a) => a,
+                Err(e) => return Ok(Err(("read the image's /etc/passwd and /etc/group", e))),
+            };
+            Ok::<_, ContainerError>(Ok::<_, Step>((profile, accounts)))
+        })
+        .await
+        .map_err(|e| ("read the image's /etc/passwd and /etc/group", e))??;
         let prepared = prepare::prepare(
             &self.ctx,
             &Inputs {
@@ -266,6 +278,7 @@ impl Containers {
                 target_pid_ns,
                 cdi,
                 apparmor_default,
+                accounts: &accounts,
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;

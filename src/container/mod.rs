@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use bundle::apparmor;
 pub use bundle::idmap::probe as probe_user_namespaces;
-use bundle::{host, idmap, poststop, prepare, rootfs, volumes};
+use bundle::{accounts, host, idmap, poststop, prepare, rootfs, volumes};
 pub use checkpoint::{CheckpointError, PodCheckpoint, PodRestore};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;

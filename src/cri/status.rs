@@ -239,7 +239,7 @@ fn pull_code(e: &PullError) -> Code {
         PullError::Layer { error, .. } => unpack_code(error),
         PullError::Invalid(_) | PullError::Unsupported(_) => Code::FailedPrecondition,
         PullError::NoSpace(_) => Code::ResourceExhausted,
-        PullError::Stalled { .. } => Code::DeadlineExceeded,
+        PullError::Stalled { .. } | PullError::TooSlow { .. } => Code::DeadlineExceeded,
         PullError::Unreachable { .. } | PullError::Registry { .. } => Code::Unavailable,
         PullError::ShuttingDown => Code::Unavailable,
         PullError::Local { source, .. } => io_code(source),

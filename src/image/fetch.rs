@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
@@ -241,7 +242,8 @@ impl Images {
                     .acquire()
                     .await
                     .map_err(|_| PullError::ShuttingDown)?;
-                download(session, desc, ingest, size).await?
+                let min_rate = self.settings.min_download_rate;
+                download(session, desc, ingest, size, min_rate).await?
             }
             Source::Local { dir, files } => {
                 let path = local_path(dir, files, &desc.digest);
@@ -559,17 +561,26 @@ async fn download(
     desc: &Descriptor,
     mut ingest: Ingest,
     size: Option<u64>,
+    min_rate: u64,
 ) -> Result<Ingest, PullError> {
     let what = format!("blob {}", desc.digest);
     let mut stream = session.blob(desc).await?;
     let progress = format!("downloading {what} from {}", session.registry);
     let mut pending: Vec<u8> = Vec::with_capacity(COPY_BUF);
+    let mut rate = RateFloor::new(min_rate, session.timeout());
     loop {
         let next = session.within(&progress, stream.next()).await?;
         match next {
             None => return Ok(write_off_thread(ingest, pending).await?.0),
             Some(Ok(chunk)) => {
                 crate::metrics::image_bytes_downloaded(chunk.len() as u64);
+                rate.received(chunk.len() as u64, std::time::Instant::now())
+                    .map_err(|(got, secs)| PullError::TooSlow {
+                        what: progress.clone(),
+                        got,
+                        secs,
+                        min_kib: min_rate >> 10,
+                    })?;
                 let got = ingest.size() + (pending.len() + chunk.len()) as u64;
                 if let Some(expected) = size.filter(|e| got > *e) {
                     return Err(PullError::SizeMismatch {
@@ -589,6 +600,44 @@ async fn download(
             }
             Some(Err(e)) => return Err(session.stream_error(&e, &progress)),
         }
+    }
+}
+
+/// The minimum rate of a download, over consecutive windows: a registry that drips a few
+/// bytes just often enough to pass the progress timeout would otherwise hold one of the
+/// node's shared download slots for as long as it likes.
+struct RateFloor {
+    /// Bytes per second; 0: no floor.
+    min: u64,
+    window: Duration,
+    since: std::time::Instant,
+    got: u64,
+}
+
+impl RateFloor {
+    fn new(min: u64, window: Duration) -> RateFloor {
+        RateFloor {
+            min,
+            window: window.max(Duration::from_secs(1)),
+            since: std::time::Instant::now(),
+            got: 0,
+        }
+    }
+
+    /// Counts `n` bytes received at `now`; when a window has passed, Err with what it got
+    /// and how long it lasted (seconds) if that was under the floor, and a new window begins.
+    fn received(&mut self, n: u64, now: std::time::Instant) -> Result<(), (u64, u64)> {
+        self.got += n;
+        let spent = now.saturating_duration_since(self.since);
+        if self.min == 0 || spent < self.window {
+            return Ok(());
+        }
+        let floor = (self.min as f64 * spent.as_secs_f64()) as u64;
+        if self.got < floor {
+            return Err((self.got, spent.as_secs()));
+        }
+        (self.since, self.got) = (now, 0);
+        Ok(())
     }
 }
 
@@ -637,5 +686,26 @@ fn copy_file(path: &Path, mut ingest: Ingest) -> Result<Ingest, PullError> {
             return Ok(ingest);
         }
         ingest.write(&buf[..n]).map_err(local("writing", path))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_download_under_the_floor_for_a_whole_window_fails_and_one_above_goes_on() {
+        let mut r = RateFloor::new(1000, Duration::from_secs(10));
+        let t0 = r.since;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // A burst, then nothing: judged only once the window has passed.
+        assert_eq!(r.received(9_000, at(1)), Ok(()));
+        assert_eq!(r.received(2_000, at(10)), Ok(()));
+        // The next window starts at 10 s: a drip of 10 bytes every 9 s is far under.
+        assert_eq!(r.received(10, at(19)), Ok(()));
+        assert_eq!(r.received(10, at(28)), Err((20, 18)));
+        let mut off = RateFloor::new(0, Duration::from_secs(1));
+        let later = off.since + Duration::from_secs(3600);
+        assert_eq!(off.received(1, later), Ok(()));
     }
 }

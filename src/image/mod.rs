@@ -109,6 +109,17 @@ pub enum PullError {
     Layer { blob: Digest, error: UnpackError },
     #[error("no progress for {secs}s while {what}; aborted")]
     Stalled { what: String, secs: u64 },
+    /// A download slower than `image.pull_min_kib_per_sec` over a whole window.
+    #[error(
+        "{what}: {got} bytes in the last {secs}s, under image.pull_min_kib_per_sec = {min_kib}; \
+         aborted to free its download slot"
+    )]
+    TooSlow {
+        what: String,
+        got: u64,
+        secs: u64,
+        min_kib: u64,
+    },
     #[error("cannot reach {registry}: {detail}")]
     Unreachable { registry: String, detail: String },
     /// `detail` continues the sentence after the endpoint ("answered HTTP 500 for ...").
@@ -216,6 +227,9 @@ pub struct ImageSettings {
     pub max_concurrent_downloads: usize,
     /// A pull that receives nothing for this long fails.
     pub progress_timeout: Duration,
+    /// A layer download averaging less than this (bytes/s) over a `progress_timeout` window
+    /// fails; 0: no minimum.
+    pub min_download_rate: u64,
     pub platform: Platform,
     /// The share of the image filesystem pulls leave free.
     pub reserve: Reserve,
@@ -230,6 +244,7 @@ impl ImageSettings {
             registry: config.registry.clone(),
             max_concurrent_downloads: config.image.max_concurrent_downloads,
             progress_timeout: Duration::from_secs(config.image.pull_progress_timeout_secs),
+            min_download_rate: config.image.pull_min_kib_per_sec.saturating_mul(1024),
             platform: Platform::current(),
             reserve: Reserve::new(config.image.min_free_percent),
             pinned_images: config.image.pinned_images.clone(),
@@ -362,6 +377,7 @@ impl Images {
             registry: Default::default(),
             max_concurrent_downloads: 1,
             progress_timeout: Duration::from_secs(1),
+            min_download_rate: 0,
             platform: Platform::current(),
             reserve: Reserve::new(0),
             pinned_images: Vec::new(),

@@ -111,7 +111,7 @@ fn manifest_error(session: &Session, e: ManifestError) -> PullError {
 fn pull_failure(reference: String, mut failures: Vec<(Endpoint, PullError)>) -> ImageError {
     let rank = |e: &PullError| match e {
         PullError::Unreachable { .. } => 2,
-        PullError::Stalled { .. } => 1,
+        PullError::Stalled { .. } | PullError::TooSlow { .. } => 1,
         _ => 0,
     };
     let pick = (0..failures.len())

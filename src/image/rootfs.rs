@@ -284,6 +284,7 @@ mod tests {
                 registry: Default::default(),
                 max_concurrent_downloads: 1,
                 progress_timeout: Duration::from_secs(1),
+                min_download_rate: 0,
                 platform: Platform::current(),
                 reserve: crate::image::Reserve::new(0),
                 pinned_images: Vec::new(),

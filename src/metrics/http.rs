@@ -1,13 +1,22 @@
 //! The metrics endpoint: HTTP/1.1 on a TCP address, `GET /metrics` answers the registry in the
 //! OpenMetrics text format (what Prometheus asks for first); anything else is 404. Scrapes read
 //! counters and the daemon's in-memory tables only, so they are answered on the async threads.
+//!
+//! Bounds: a request head must arrive within `HEAD_TIMEOUT` (also between the requests of a
+//! kept-alive connection), and at most `MAX_CONNECTIONS` are open at once; a new one past that
+//! closes the oldest (`crate::accept`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use hyper::{Method, Request, Response, StatusCode, header};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
+
+/// A scraper sends its request at once; a connection saying nothing is closed after this.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Prometheus keeps one connection per target; a few more for people with curl.
+pub const MAX_CONNECTIONS: usize = 16;
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -15,6 +24,7 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// that connection.
 pub async fn serve(listener: tokio::net::TcpListener, registry: Registry) {
     let registry = Arc::new(registry);
+    let admitted = crate::accept::Admitted::new(MAX_CONNECTIONS);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -26,16 +36,23 @@ pub async fn serve(listener: tokio::net::TcpListener, registry: Registry) {
             }
         };
         let registry = registry.clone();
+        let mut ticket = admitted.admit();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let answer = respond(&registry, &req);
                 async move { Ok::<_, Infallible>(answer) }
             });
-            let served = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "metrics endpoint: connection ended");
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                served = conn => if let Err(e) = served {
+                    tracing::debug!(error = %e, "metrics endpoint: connection ended");
+                },
+                () = ticket.pushed_out() => {
+                    tracing::debug!("metrics endpoint: connection closed to make room for a newer one");
+                }
             }
         });
     }

@@ -5,8 +5,10 @@
 //! negotiated) and handed to the protocol on a task of its own.
 //!
 //! Bounds: at most `max_sessions` upgraded connections at once (others get 429 before their
-//! token is spent); request heads must arrive within `HEAD_TIMEOUT`; every session closes
-//! after `idle_timeout` without traffic.
+//! token is spent); request heads must arrive within `HEAD_TIMEOUT`; at most `MAX_UNUPGRADED`
+//! connections are open and not yet upgraded, and a new one past that closes the oldest
+//! (`crate::accept`: a peer holding silent connections cannot take the daemon's descriptors
+//! nor keep kubelet out); every session closes after `idle_timeout` without traffic.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -36,6 +38,9 @@ use super::{StreamError, Streams, portforward};
 
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const TLS_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections accepted and not yet upgraded (nor ended), at once. kubelet or the API server
+/// opens one per stream and sends its request at once.
+pub const MAX_UNUPGRADED: usize = 128;
 const PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 const ACCEPTED_HEADER: &str = "x-accepted-stream-protocol-versions";
 const PORTFORWARD_PROTOCOL: &str = "portforward.k8s.io";
@@ -75,6 +80,7 @@ struct Shared {
 
 pub struct StreamServer {
     listener: TcpListener,
+    admitted: crate::accept::Admitted,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
 }
@@ -130,6 +136,7 @@ impl StreamServer {
         });
         let server = StreamServer {
             listener,
+            admitted: crate::accept::Admitted::new(MAX_UNUPGRADED),
             tls,
             shared,
         };
@@ -155,14 +162,25 @@ impl StreamServer {
             let _ = tcp.set_nodelay(true);
             let shared = self.shared.clone();
             let tls = self.tls.clone();
+            let mut ticket = self.admitted.admit();
             tokio::spawn(async move {
-                let served = match tls {
-                    None => serve_http(TokioIo::new(tcp), shared).await,
-                    Some(tls) => match tokio::time::timeout(TLS_TIMEOUT, tls.accept(tcp)).await {
-                        Ok(Ok(s)) => serve_http(TokioIo::new(s), shared).await,
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("TLS handshake timed out".into()),
-                    },
+                let serving = async {
+                    match tls {
+                        None => serve_http(TokioIo::new(tcp), shared).await,
+                        Some(tls) => match tokio::time::timeout(TLS_TIMEOUT, tls.accept(tcp)).await
+                        {
+                            Ok(Ok(s)) => serve_http(TokioIo::new(s), shared).await,
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err("TLS handshake timed out".into()),
+                        },
+                    }
+                };
+                // Upgraded, the connection goes on in a task of its own, and the ticket goes.
+                let served = tokio::select! {
+                    served = serving => served,
+                    () = ticket.pushed_out() => Err(format!(
+                        "closed before its request: {MAX_UNUPGRADED} newer connections came"
+                    )),
                 };
                 if let Err(e) = served {
                     tracing::debug!(%peer, error = %e, "stream connection ended");

@@ -1,5 +1,5 @@
 //! Gathers from the host what a container's OCI spec needs (the image's passwd and group
-//! files, resolved host paths and devices, a Localhost seccomp profile, the propagation of host
+//! files, read by `accounts`, resolved host paths and devices, a Localhost seccomp profile, the propagation of host
 //! mounts), builds the spec with the pure `oci` module, and writes the bundle.
 
 use std::path::{Path, PathBuf};
@@ -12,9 +12,6 @@ use crate::model::NamespaceMode;
 use crate::model::{ContainerSpec, MountSpec, Propagation, ResolvedUser};
 use crate::oci::{self, DeviceNode, PodView, SpecInput};
 use crate::sandbox::SandboxRecord;
-
-/// The most of an image's /etc/passwd or /etc/group crust reads.
-const MAX_ACCOUNT_FILE: u64 = 4 << 20;
 
 /// What `prepare` decided about a container.
 pub struct Prepared {
@@ -37,17 +34,14 @@ pub struct Inputs<'a> {
     pub cdi: &'a crate::cdi::Resolved,
     /// The AppArmor profile `RuntimeDefault` means here, loaded (`apparmor::for_container`).
     pub apparmor_default: Option<String>,
+    /// The image's /etc/passwd and /etc/group, read off the async workers (`accounts::read`).
+    pub accounts: &'a super::accounts::Accounts,
 }
 
 pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, ContainerError> {
     let spec = inputs.spec;
     let config = &inputs.image.config;
-    let passwd = read_in_root(inputs.rootfs, "etc/passwd")?;
-    let group = read_in_root(inputs.rootfs, "etc/group")?;
-    let files = oci::AccountFiles {
-        passwd: &passwd,
-        group: &group,
-    };
+    let files = inputs.accounts.files();
     let user = oci::resolve_user(&spec.security, &config.user, inputs.image_name, &files)?;
     let mounts = resolve_mounts(&spec.mounts)?;
     let mut host = ctx.host.clone();
@@ -151,35 +145,6 @@ fn pod_view(pod: &SandboxRecord, target_pid_ns: Option<PathBuf>) -> PodView {
         target_pid_ns,
         user_ns: pod.pins.user.clone().zip(pod.spec.id_maps()),
     }
-}
-
-/// A file of the image's root filesystem, resolved inside it (an absolute symlink in the
-/// image points into the image, never at the host's file); empty when the image has none.
-fn read_in_root(root: &Path, path: &str) -> Result<String, ContainerError> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags, openat2};
-    use std::io::Read;
-    let io = |source: std::io::Error| ContainerError::Io {
-        what: "reading the image's",
-        path: PathBuf::from("/").join(path),
-        source,
-    };
-    let dir = std::fs::File::open(root).map_err(io)?;
-    let file = match openat2(
-        &dir,
-        path,
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-    ) {
-        Ok(fd) => std::fs::File::from(fd),
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(String::new()),
-        Err(e) => return Err(io(e.into())),
-    };
-    let mut text = String::new();
-    file.take(MAX_ACCOUNT_FILE)
-        .read_to_string(&mut text)
-        .map_err(io)?;
-    Ok(text)
 }
 
 /// The request's mounts with each host path resolved (symlinks followed, as the kernel's bind

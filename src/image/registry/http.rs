@@ -1,12 +1,8 @@
-//! crust's own HTTP requests to registries, beside oci-client's: manifests (read with a size
-//! cap: oci-client reads any body whole, so a broken or hostile registry could make the daemon
-//! buffer gigabytes), blobs (streamed into the content store, which verifies their digest as
-//! it writes them: oci-client's blob stream would hash every byte a second time) and the
-//! identity-token exchange. Also turns what goes wrong on the wire
-//! into one short sentence a user can act on.
-//!
-//! Authentication stays with oci-client (its bearer-challenge flow and token cache); a session
-//! asks it for the token once and sends it here as a header.
+//! crust's HTTP requests to registries: manifests and token responses (read with a size cap:
+//! oci-client reads any body whole, so a broken or hostile registry or token realm could make
+//! the daemon buffer gigabytes), blobs (streamed into the content store, which verifies their
+//! digest as it writes them) and error bodies (their first 64 KiB). Also turns what goes wrong
+//! on the wire into one short sentence a user can act on.
 
 use std::time::Duration;
 

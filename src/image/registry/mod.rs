@@ -1,6 +1,6 @@
 //! Talking to registries: which endpoints to try for a host (configured mirrors in order, then
-//! the host itself), the `oci-client` client for each (authentication and blobs; manifests go
-//! through `http.rs`, which caps their size), credentials from the CRI request, and turning
+//! the host itself), the HTTP client for each (`http.rs`: every answer read with a cap, blobs
+//! streamed), the token flow (`token.rs`), credentials from the CRI request, and turning
 //! registry failures into `PullError`s that say what was wrong in one line.
 //!
 //! Credentials from a request are sent only to the image's own registry, never to a mirror.
@@ -13,10 +13,6 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, RegistryOperation};
 
 mod credentials;
 mod endpoint;
@@ -44,8 +40,8 @@ pub struct Registries {
     /// Replaced whole by a configuration reload; a pull under way keeps the sessions it opened.
     config: std::sync::RwLock<std::sync::Arc<RegistryConfig>>,
     timeout: Duration,
-    /// Clients per endpoint, kept for their connection pools and (anonymous) tokens.
-    clients: Mutex<HashMap<String, (Client, reqwest::Client)>>,
+    /// Clients per endpoint, kept for their connection pools.
+    clients: Mutex<HashMap<String, reqwest::Client>>,
 }
 
 /// rustls needs one crypto provider per process; crust uses ring.
@@ -74,7 +70,7 @@ impl Registries {
     }
 
     /// Uses `config` for the pulls that start from now on. The cached clients go with the old
-    /// one: their TLS settings and tokens may not hold any more.
+    /// one: their TLS settings may not hold any more.
     pub fn set_config(&self, config: RegistryConfig) {
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(config);
         lock(&self.clients).clear();
@@ -141,50 +137,19 @@ impl Registries {
         })
     }
 
-    /// The oci-client client (a new one when `fresh`: an authenticated session must not share
-    /// its token cache) and the plain client for `ep`.
-    fn clients(&self, ep: &Endpoint, fresh: bool) -> Result<(Client, reqwest::Client), PullError> {
+    /// The client for `ep` (kept per endpoint for its connection pool; no token lives in it).
+    fn client(&self, ep: &Endpoint) -> Result<reqwest::Client, PullError> {
         let key = ep.to_string();
-        let cached = lock(&self.clients).get(&key).cloned();
-        if let Some((oci, http)) = &cached {
-            if !fresh {
-                return Ok((oci.clone(), http.clone()));
-            }
+        if let Some(http) = lock(&self.clients).get(&key) {
+            return Ok(http.clone());
         }
         let tls = self.tls(ep)?;
-        let setup = |e: String| PullError::Registry {
+        let http = http::client(&tls, self.timeout).map_err(|e| PullError::Registry {
             registry: ep.to_string(),
             detail: format!("could not be set up: {e}"),
-        };
-        let config = ClientConfig {
-            protocol: if ep.plain_http {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            accept_invalid_certificates: tls.insecure_skip_verify,
-            extra_root_certificates: tls
-                .ca_pem
-                .iter()
-                .map(|pem| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.clone(),
-                })
-                .collect(),
-            connect_timeout: Some(self.timeout),
-            read_timeout: Some(self.timeout),
-            user_agent: concat!("crust/", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
-        };
-        let oci = Client::try_from(config).map_err(|e| setup(e.to_string()))?;
-        let http = match cached {
-            Some((_, http)) => http,
-            None => http::client(&tls, self.timeout).map_err(|e| setup(e.to_string()))?,
-        };
-        if !fresh {
-            lock(&self.clients).insert(key, (oci.clone(), http.clone()));
-        }
-        Ok((oci, http))
+        })?;
+        lock(&self.clients).insert(key, http.clone());
+        Ok(http)
     }
 
     /// Opens a session for `image` on `ep`, authenticating first when credentials apply.
@@ -195,13 +160,12 @@ impl Registries {
         creds: &Credentials,
     ) -> Result<Session, PullError> {
         let (auth, credentials_from) = self.auth_for(ep, image, creds)?;
-        let (client, http) = self.clients(ep, !matches!(auth, Auth::Anonymous))?;
+        let http = self.client(ep)?;
         let reference = image.to_oci((!ep.upstream).then_some(ep.host.as_str()));
         let session = Session {
-            client,
             http,
             reference,
-            auth: RegistryAuth::Anonymous,
+            anonymous: true,
             header: AuthHeader::None,
             endpoint: ep.clone(),
             registry: ep.to_string(),
@@ -237,11 +201,11 @@ impl Registries {
 
 /// A client bound to one repository on one endpoint.
 pub struct Session {
-    client: Client,
     http: reqwest::Client,
     reference: oci_client::Reference,
-    auth: RegistryAuth,
-    /// What crust's own requests send (the token oci-client obtained, or basic credentials).
+    /// No credentials were sent (for messages: a 401 then asks for some).
+    anonymous: bool,
+    /// What the session's requests send (the registry's token, or basic credentials).
     header: AuthHeader,
     endpoint: Endpoint,
     /// The endpoint as messages name it (`https://host`).
@@ -252,38 +216,86 @@ pub struct Session {
 }
 
 impl Session {
-    /// Authenticates with oci-client's challenge flow, which caches the token for the blob
-    /// requests it makes, and keeps the token for crust's own manifest requests.
+    /// Authenticates with the registry's token flow (`token::authorize`) and keeps what the
+    /// session's requests then send.
     async fn authenticate(mut self, auth: Auth) -> Result<Session, PullError> {
-        let mut basic = None;
-        self.auth = match auth {
-            Auth::Anonymous => RegistryAuth::Anonymous,
-            Auth::Basic(u, p) => {
-                basic = Some((u.clone(), p.clone()));
-                RegistryAuth::Basic(u, p)
-            }
-            Auth::Bearer(t) => RegistryAuth::Bearer(t),
+        let basic = match auth {
+            Auth::Anonymous => None,
+            Auth::Basic(u, p) => Some((u, p)),
+            Auth::Bearer(t) => return Ok(self.with(AuthHeader::Bearer(t))),
             Auth::Identity(t) => {
                 let what = format!("exchanging the identity token at {}", self.registry);
                 let exchange =
                     token::exchange(&self.http, &self.endpoint, self.reference.repository(), &t);
-                RegistryAuth::Bearer(self.within(&what, exchange).await??)
+                let token = self.within(&what, exchange).await??;
+                return Ok(self.with(AuthHeader::Bearer(token)));
             }
         };
+        self.anonymous = basic.is_none();
         let what = format!("authenticating to {}", self.registry);
-        let r = self
-            .client
-            .auth(&self.reference, &self.auth, RegistryOperation::Pull);
-        let token = self
-            .within(&what, r)
-            .await?
-            .map_err(|e| self.classify(e, "credentials"))?;
-        self.header = match (token, basic) {
-            (Some(t), _) => AuthHeader::Bearer(t),
-            (None, Some((u, p))) => AuthHeader::Basic(u, p),
-            (None, None) => AuthHeader::None,
+        let base = self.base_url();
+        let asked = token::authorize(
+            &self.http,
+            &base,
+            self.reference.repository(),
+            basic.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
+        );
+        let header = match self.within(&what, asked).await? {
+            Ok(token::Authorized::Token(t)) => AuthHeader::Bearer(t),
+            Ok(token::Authorized::NoToken) => match basic {
+                Some((u, p)) => AuthHeader::Basic(u, p),
+                None => AuthHeader::None,
+            },
+            Ok(token::Authorized::Refused { status, body }) => {
+                return Err(self.token_refused(status, &body));
+            }
+            Err(e) => return Err(self.token_failed(e)),
         };
+        self.header = header;
         Ok(self)
+    }
+
+    fn with(mut self, header: AuthHeader) -> Session {
+        self.anonymous = false;
+        self.header = header;
+        self
+    }
+
+    /// The token endpoint answered with an error.
+    fn token_refused(&self, status: u16, body: &[u8]) -> PullError {
+        if self.anonymous || status != 401 && status != 403 {
+            return match status {
+                401 => self.no_auth(),
+                _ => self.status_error(status, body, "a token"),
+            };
+        }
+        let reason = http::brief(body);
+        let refused = format!("rejected the credentials {}", self.credentials_from);
+        PullError::Unauthenticated {
+            registry: self.registry.clone(),
+            detail: if reason.is_empty() {
+                refused
+            } else {
+                format!("{refused}: {reason}")
+            },
+        }
+    }
+
+    fn token_failed(&self, e: token::AuthorizeError) -> PullError {
+        let detail = match e {
+            token::AuthorizeError::Transport(t) => return self.stream_error(&t, "authenticating"),
+            token::AuthorizeError::TooLarge { realm } => token::too_large(&realm),
+            token::AuthorizeError::NoToken => "answered the token request without a token".into(),
+        };
+        PullError::Registry {
+            registry: self.registry.clone(),
+            detail,
+        }
+    }
+
+    /// The progress timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Runs `f`, failing with `Stalled` when it takes longer than the progress timeout.
@@ -354,7 +366,7 @@ impl Session {
         Ok((fetched.body, actual, fetched.content_type))
     }
 
-    /// `scheme://host` of the endpoint as oci-client addresses it (Docker Hub's API host).
+    /// `scheme://host` of the endpoint (Docker Hub's API host for docker.io).
     fn base_url(&self) -> String {
         let scheme = if self.endpoint.plain_http {
             "http"
@@ -389,13 +401,9 @@ impl Session {
         }
     }
 
-    fn anonymous(&self) -> bool {
-        matches!(self.auth, RegistryAuth::Anonymous)
-    }
-
     /// A 401: no credentials sent, or these ones refused.
     fn no_auth(&self) -> PullError {
-        let detail = if !self.anonymous() {
+        let detail = if !self.anonymous {
             format!(
                 "rejected the credentials {} (HTTP 401)",
                 self.credentials_from
@@ -471,65 +479,6 @@ impl Session {
         PullError::Unreachable {
             registry: self.registry.clone(),
             detail: http::transport(e, &self.endpoint),
-        }
-    }
-
-    /// What an oci-client error means for the user.
-    pub fn classify(&self, e: OciDistributionError, what: &str) -> PullError {
-        let registry = self.registry.clone();
-        match e {
-            OciDistributionError::AuthenticationFailure(_) if self.anonymous() => self.no_auth(),
-            OciDistributionError::AuthenticationFailure(reason) => {
-                let reason = http::brief(reason.as_bytes());
-                let refused = format!("rejected the credentials {}", self.credentials_from);
-                PullError::Unauthenticated {
-                    registry,
-                    detail: if reason.is_empty() {
-                        refused
-                    } else {
-                        format!("{refused}: {reason}")
-                    },
-                }
-            }
-            OciDistributionError::UnauthorizedError { .. } => self.no_auth(),
-            OciDistributionError::ImageManifestNotFoundError(_) => PullError::NotFound {
-                registry,
-                what: what.to_owned(),
-            },
-            OciDistributionError::RegistryError { envelope, .. } => {
-                let body = serde_json::to_vec(&envelope).unwrap_or_default();
-                let status = match envelope.errors.first().map(|e| &e.code) {
-                    Some(OciErrorCode::Unauthorized) => 401,
-                    Some(OciErrorCode::Denied) => 403,
-                    Some(OciErrorCode::Toomanyrequests) => 429,
-                    _ => 400,
-                };
-                self.status_error(status, &body, what)
-            }
-            OciDistributionError::ServerError { code, message, .. } => {
-                self.status_error(code, message.as_bytes(), what)
-            }
-            OciDistributionError::DigestError(d) => PullError::DigestMismatch {
-                what: what.to_owned(),
-                expected: String::new(),
-                actual: d.to_string(),
-            },
-            OciDistributionError::RequestError(r) if r.is_timeout() => PullError::Stalled {
-                what: format!("fetching {what} from {registry}"),
-                secs: self.timeout.as_secs(),
-            },
-            OciDistributionError::RequestError(r) => self.unreachable(&r),
-            OciDistributionError::IoError(io) => self.unreachable(&io),
-            OciDistributionError::UnsupportedMediaTypeError(t) => {
-                PullError::Unsupported(format!("{what}: unsupported media type {t}"))
-            }
-            OciDistributionError::UnsupportedSchemaVersionError(v) => PullError::Unsupported(
-                format!("{what}: manifest schema version {v} is not supported"),
-            ),
-            other => PullError::Registry {
-                registry,
-                detail: http::clip(&format!("failed on {what}: {other}")),
-            },
         }
     }
 }

@@ -1,7 +1,15 @@
-//! The identity-token flow (Docker's OAuth2 refresh token): the registry's `/v2/` answers 401
-//! with a `Bearer realm=...,service=...` challenge; the refresh token is posted to the realm
-//! (`grant_type=refresh_token`) and the access token it returns is used as a bearer token.
-//! oci-client has no such flow, so this small part is done with reqwest directly.
+//! Tokens: the registry's `/v2/` answers 401 with a `Bearer realm=...,service=...` challenge,
+//! and the realm hands out a token for pulling one repository (`authorize`, the distribution
+//! spec's token flow, with basic credentials when there are any); or a refresh token is posted
+//! to the realm (`grant_type=refresh_token`, Docker's OAuth2 identity-token flow: `exchange`)
+//! and the access token it returns is used as a bearer token.
+//!
+//! The realm is whatever host the registry names, so its answers are read as any registry
+//! answer is: a token response of at most `MAX_TOKEN_RESPONSE` bytes, an error body of at most
+//! 64 KiB, `/v2/`'s own body not at all. (oci-client's flow, used before, read the token
+//! response whole: a realm streaming without end swelled the daemon on every pull.)
+
+use bytes::Bytes;
 
 use super::endpoint::Endpoint;
 use super::http::{FetchError, transport};
@@ -9,6 +17,103 @@ use crate::image::PullError;
 
 /// A token response is a few kilobytes of JSON.
 const MAX_TOKEN_RESPONSE: usize = 1 << 20;
+
+/// The rest of the sentence after the registry when `realm` sent a token response over the cap.
+pub fn too_large(realm: &str) -> String {
+    format!(
+        "named a token realm ({}) that answered with more than {} MiB, the cap on a token response",
+        super::http::clip(realm),
+        MAX_TOKEN_RESPONSE >> 20
+    )
+}
+
+/// What the registry's token flow gave for a pull.
+#[derive(Debug)]
+pub enum Authorized {
+    /// `/v2/` asked for no token (no challenge, or a basic one): basic credentials, if any,
+    /// go with each request as they are.
+    NoToken,
+    Token(String),
+    /// The token endpoint refused: its status and the start of its body.
+    Refused {
+        status: u16,
+        body: Bytes,
+    },
+}
+
+#[derive(Debug)]
+pub enum AuthorizeError {
+    Transport(reqwest::Error),
+    /// A token response over `MAX_TOKEN_RESPONSE` from this realm.
+    TooLarge {
+        realm: String,
+    },
+    /// A successful token response without a token in it.
+    NoToken,
+}
+
+/// Asks `base_url` (`scheme://host`) how to pull `repo`, and its token realm, if it names one,
+/// for a token (sending `basic` credentials there when given).
+pub async fn authorize(
+    client: &reqwest::Client,
+    base_url: &str,
+    repo: &str,
+    basic: Option<(&str, &str)>,
+) -> Result<Authorized, AuthorizeError> {
+    let ping = client
+        .get(format!("{base_url}/v2/"))
+        .send()
+        .await
+        .map_err(AuthorizeError::Transport)?;
+    let challenge = ping
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_bearer_challenge);
+    // Its body is never read: dropping the answer closes the connection under it.
+    drop(ping);
+    let Some(challenge) = challenge else {
+        return Ok(Authorized::NoToken);
+    };
+    let scope = format!("repository:{repo}:pull");
+    let mut query = vec![("scope", scope.as_str())];
+    if let Some(s) = &challenge.service {
+        query.push(("service", s));
+    }
+    let mut rb = client.get(&challenge.realm).query(&query);
+    if let Some((user, password)) = basic {
+        rb = rb.basic_auth(user, Some(password));
+    }
+    let resp = match super::http::fetch(rb, MAX_TOKEN_RESPONSE).await {
+        Ok(r) => r,
+        Err(FetchError::Transport(e)) => return Err(AuthorizeError::Transport(e)),
+        Err(FetchError::TooLarge { .. }) => {
+            return Err(AuthorizeError::TooLarge {
+                realm: challenge.realm,
+            });
+        }
+    };
+    if !resp.status.is_success() {
+        return Ok(Authorized::Refused {
+            status: resp.status.as_u16(),
+            body: resp.body,
+        });
+    }
+    token_of(&resp.body)
+        .map(Authorized::Token)
+        .ok_or(AuthorizeError::NoToken)
+}
+
+/// The token of a token response (`token`, or OAuth2's `access_token`).
+fn token_of(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct TokenResponse {
+        access_token: Option<String>,
+        token: Option<String>,
+    }
+    let body: TokenResponse = serde_json::from_slice(body).ok()?;
+    body.token.or(body.access_token).filter(|t| !t.is_empty())
+}
 
 /// Exchanges `refresh_token` for an access token for pulling `repo` from `ep`, with `client`
 /// (which carries the endpoint's TLS settings and timeouts).
@@ -57,7 +162,12 @@ pub async fn exchange(
     let resp = match super::http::fetch(rb, MAX_TOKEN_RESPONSE).await {
         Ok(r) => r,
         Err(FetchError::Transport(e)) => return Err(unreachable(e)),
-        Err(FetchError::TooLarge { .. }) => return Err(no_token()),
+        Err(FetchError::TooLarge { .. }) => {
+            return Err(PullError::Registry {
+                registry,
+                detail: too_large(&challenge.realm),
+            });
+        }
     };
     if !resp.status.is_success() {
         return Err(PullError::Unauthenticated {
@@ -68,13 +178,7 @@ pub async fn exchange(
             ),
         });
     }
-    #[derive(serde::Deserialize)]
-    struct TokenResponse {
-        access_token: Option<String>,
-        token: Option<String>,
-    }
-    let body: TokenResponse = serde_json::from_slice(&resp.body).map_err(|_| no_token())?;
-    body.access_token.or(body.token).ok_or_else(no_token)
+    token_of(&resp.body).ok_or_else(no_token)
 }
 
 #[derive(Debug, PartialEq)]
