@@ -70,10 +70,15 @@ pub fn pod_stats(u: &PodUsage) -> pb::PodSandboxStats {
         linux: Some(pb::LinuxPodSandboxStats {
             cpu: Some(cpu(c)),
             memory: Some(memory(c)),
-            network: s.interfaces.as_ref().map(|all| pb::NetworkUsage {
-                timestamp: t,
-                default_interface: all.first().map(interface),
-                interfaces: all.iter().map(interface).collect(),
+            // kubelet reads the default interface of any network usage it is given (a nil
+            // one crashes its stats provider, v1.37 `criInterfaceToSummary`): a pod whose
+            // namespace holds no interface but loopback reports no network usage at all.
+            network: s.interfaces.as_ref().and_then(|all| {
+                Some(pb::NetworkUsage {
+                    timestamp: t,
+                    default_interface: Some(interface(all.first()?)),
+                    interfaces: all.iter().map(interface).collect(),
+                })
             }),
             process: Some(pb::ProcessUsage {
                 timestamp: t,
