@@ -264,8 +264,15 @@ fn cni(config: &Config) -> Result<String, String> {
     let cni = Cni::new(CniSettings::from_config(&config.network));
     let list = cni.network().map_err(|e| e.to_string())?;
     let plugins: Vec<_> = list.plugins.iter().map(|p| p.kind.as_str()).collect();
+    // A CNI 1.1 list: its plugins' STATUS is what kubelet's node Ready condition follows.
+    let status = if list.has_status() {
+        cni.ready_now().map_err(|e| e.to_string())?;
+        "; every plugin's STATUS ok"
+    } else {
+        ""
+    };
     Ok(format!(
-        "network {:?} from {} ({})",
+        "network {:?} from {} ({}){status}",
         list.name,
         list.source.display(),
         plugins.join(", ")

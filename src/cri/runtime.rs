@@ -195,7 +195,7 @@ impl RuntimeService for RuntimeServer {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let network = match self.cni.ready() {
+        let network = match self.cni.ready().await {
             Ok(()) => condition("NetworkReady", None),
             Err(e) => condition(
                 "NetworkReady",

@@ -88,7 +88,8 @@ fn nri_code(e: &NriError) -> Code {
 /// the plugin's own message. A network configuration that cannot work is the node's state.
 fn cni_code(e: &CniError) -> Code {
     match e {
-        CniError::PluginFailed { .. } => Code::Unavailable,
+        // The plugin's agent may be back on a retry.
+        CniError::PluginFailed { .. } | CniError::NotReady { .. } => Code::Unavailable,
         // The plugin was killed at its deadline; a retry may find it quicker.
         CniError::Timeout { .. } => Code::DeadlineExceeded,
         CniError::Spawn { source, .. } => io_code(source),

@@ -144,7 +144,7 @@ pub(super) fn gather(inputs: &Inputs, records: &Records, subject: &Subject) -> F
     let runtime = RuntimeFacts {
         daemon_running: crate::daemon::daemon_running(&inputs.state),
         network_problem: crate::network::Cni::new(inputs.network.clone())
-            .network()
+            .ready_now()
             .err()
             .map(|e| e.to_string()),
     };

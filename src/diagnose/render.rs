@@ -247,7 +247,10 @@ fn runtime(out: &mut String, r: &RuntimeFacts) {
     let _ = writeln!(out, "runtime:\n  {daemon}");
     match &r.network_problem {
         None => {
-            let _ = writeln!(out, "  network ready (a CNI configuration loads)");
+            let _ = writeln!(
+                out,
+                "  network ready (a CNI configuration loads; a CNI 1.1 list's plugins pass STATUS)"
+            );
         }
         Some(p) => {
             let _ = writeln!(out, "  network not ready: {p}");

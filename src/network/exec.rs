@@ -21,6 +21,20 @@ pub(super) async fn run(
     att: &Attachment,
     conf: &Value,
 ) -> Result<Value, CniError> {
+    let timeout = cni.settings().plugin_timeout;
+    run_for(cni, kind, network, command, att, conf, timeout).await
+}
+
+/// `run` with a deadline of its own (STATUS answers within a shorter one than ADD).
+pub(super) async fn run_for(
+    cni: &Cni,
+    kind: &str,
+    network: &str,
+    command: &'static str,
+    att: &Attachment,
+    conf: &Value,
+    timeout: std::time::Duration,
+) -> Result<Value, CniError> {
     let plugin = kind.to_owned();
     let binary = cni.find_plugin(network, kind)?;
     let spawn_err = |source| CniError::Spawn {
@@ -52,7 +66,6 @@ pub(super) async fn run(
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let timeout = cni.settings().plugin_timeout;
     let work = async move {
         // A plugin may exit without reading its input; a broken pipe then is not the error.
         let _ = stdin.write_all(&input).await;

@@ -1,6 +1,6 @@
 //! CNI: loads the network configuration from the CNI conf dir and runs its plugins (ADD, DEL,
 //! CHECK) against a pod's network namespace, following the CNI 1.0 spec (and the 0.3/0.4 result
-//! formats older plugins print). The configuration list used for ADD is returned with the result
+//! formats older plugins print), and STATUS for a list of CNI 1.1 (`status.rs`). The configuration list used for ADD is returned with the result
 //! so the caller can persist both and run DEL later with exactly what ADD saw, even if the
 //! conf dir changed in between.
 //!
@@ -14,6 +14,7 @@ mod exec;
 pub mod fuzz;
 pub mod masquerade;
 mod result;
+mod status;
 pub mod template;
 
 use std::path::{Path, PathBuf};
@@ -54,6 +55,13 @@ pub enum CniError {
         plugin: String,
         command: &'static str,
         source: std::io::Error,
+    },
+    /// A plugin's STATUS (CNI 1.1) said it cannot set up pods now: its agent is down, say.
+    #[error("CNI network {network:?} is not ready: plugin {plugin} STATUS: {msg}")]
+    NotReady {
+        network: String,
+        plugin: String,
+        msg: String,
     },
     #[error("pod_cidr {0:?} is not a CIDR such as 10.88.0.0/16")]
     BadPodCidr(String),
@@ -100,6 +108,8 @@ pub struct Cni {
     cache: Mutex<Option<(ConfigKey, std::sync::Arc<NetworkList>)>>,
     /// What kubelet last sent in UpdateRuntimeConfig (comma-separated, one per family).
     pod_cidr: Mutex<String>,
+    /// The last STATUS round (see `status.rs`); its lock makes concurrent callers share one.
+    status: tokio::sync::Mutex<Option<status::Seen>>,
 }
 
 type ConfigKey = (PathBuf, SystemTime, u64);
@@ -121,6 +131,7 @@ impl Cni {
             settings: std::sync::RwLock::new(std::sync::Arc::new(settings)),
             cache: Mutex::new(None),
             pod_cidr: Mutex::new(String::new()),
+            status: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -185,11 +196,6 @@ impl Cni {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-    }
-
-    /// Whether pods can be networked now; the error says why not.
-    pub fn ready(&self) -> Result<(), CniError> {
-        self.network().map(drop)
     }
 
     /// Runs ADD through the whole list; on failure the plugins that succeeded are undone with
