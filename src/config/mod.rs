@@ -311,7 +311,8 @@ pub struct RegistryConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MirrorConfig {
-    /// `http://host[:port]` or `https://host[:port]`, without a path.
+    /// `http://host[:port][/path]` or `https://host[:port][/path]` (see `endpoint_api_root`
+    /// for what a path means).
     pub endpoints: Vec<String>,
 }
 
@@ -320,6 +321,10 @@ pub struct MirrorConfig {
 pub struct RegistryHostConfig {
     /// PEM file of extra CA certificates trusted for this host.
     pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (chain) presented to a registry that asks for one (mTLS), with
+    /// its private key in `key_file` (containerd's `registry.configs.<host>.tls.cert_file`).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// Accept any certificate (testing only).
     pub insecure_skip_verify: bool,
     /// Credentials sent to this host when a pull carries none for it: node-level credentials,
@@ -673,7 +678,7 @@ impl Config {
             for e in &mirror.endpoints {
                 if endpoint_host(e).is_none() {
                     return invalid(format!(
-                        "registry.mirrors.{host:?}: endpoint {e:?} must be http://host[:port] or https://host[:port]"
+                        "registry.mirrors.{host:?}: endpoint {e:?} must be http://host[:port][/path] or https://host[:port][/path]"
                     ));
                 }
             }
@@ -681,6 +686,25 @@ impl Config {
         for (host, c) in &self.registry.configs {
             if let Some(Err(e)) = c.auth.as_ref().map(RegistryCredentials::validate) {
                 return invalid(format!("registry.configs.{host:?}.auth: {e}"));
+            }
+            match (&c.cert_file, &c.key_file) {
+                (Some(_), None) | (None, Some(_)) => {
+                    return invalid(format!(
+                        "registry.configs.{host:?}: cert_file and key_file go together (a client \
+                         certificate and its private key)"
+                    ));
+                }
+                (Some(cert), Some(key)) => {
+                    for (name, f) in [("cert_file", cert), ("key_file", key)] {
+                        if !f.is_file() {
+                            return invalid(format!(
+                                "registry.configs.{host:?}: {name} {} is not a file",
+                                f.display()
+                            ));
+                        }
+                    }
+                }
+                (None, None) => {}
             }
             if let Some(ca) = &c.ca_file {
                 if !ca.is_file() {
@@ -740,15 +764,46 @@ pub fn is_cidr(s: &str) -> bool {
 
 /// The `host[:port]` of a mirror endpoint `scheme://host[:port][/]`, or None when malformed.
 pub fn endpoint_host(endpoint: &str) -> Option<&str> {
+    endpoint_parts(endpoint).map(|(host, _)| host)
+}
+
+/// The host and the path (without a trailing `/`, empty when there is none) of a mirror
+/// endpoint `http[s]://host[:port][/path]`; None when it is not one. A path is how pull-through
+/// caches behind one host tell their upstreams apart (Harbor's proxy-cache projects, Artifactory
+/// and Nexus remotes): see `endpoint_api_root`.
+pub fn endpoint_parts(endpoint: &str) -> Option<(&str, &str)> {
     let rest = endpoint
         .strip_prefix("http://")
         .or_else(|| endpoint.strip_prefix("https://"))?;
-    let host = rest.strip_suffix('/').unwrap_or(rest);
-    let ok = !host.is_empty()
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = path.trim_end_matches('/');
+    let host_ok = !host.is_empty()
         && host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
-    ok.then_some(host)
+    // A path of plain segments: no query, fragment, escape, `.` or `..` to reinterpret.
+    let path_ok = path.split('/').skip(1).all(|seg| {
+        !seg.is_empty()
+            && seg != "."
+            && seg != ".."
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+    });
+    (host_ok && path_ok).then_some((host, path))
+}
+
+/// The path of the registry API (what `/v2` is on a plain registry) on a mirror endpoint, as
+/// containerd's hosts.toml reads a host URL: a path with a `v2` segment is the API root as
+/// given (containerd's `override_path = true`: `https://harbor.example/v2/hub-proxy`, whose
+/// requests go to `/v2/hub-proxy/<repository>/manifests/...`); any other path has `/v2`
+/// appended (`https://nexus.example/repository/hub` serves `/repository/hub/v2/...`).
+pub fn endpoint_api_root(path: &str) -> String {
+    if path.split('/').any(|seg| seg == "v2") {
+        path.to_owned()
+    } else {
+        format!("{path}/v2")
+    }
 }
 
 #[cfg(test)]
@@ -813,9 +868,27 @@ mod tests {
             endpoint_host("https://mirror.example:8443/"),
             Some("mirror.example:8443")
         );
-        for bad in ["ftp://x", "http://", "http://host/path", "127.0.0.1:5000"] {
+        for bad in [
+            "ftp://x",
+            "http://",
+            "127.0.0.1:5000",
+            "http://host/a/../b",
+            "http://host/a?x=1",
+            "http://host//a",
+            "http://host/%2e",
+        ] {
             assert!(endpoint_host(bad).is_none(), "{bad}");
         }
+        assert_eq!(
+            endpoint_parts("https://harbor.example/v2/hub-proxy/"),
+            Some(("harbor.example", "/v2/hub-proxy"))
+        );
+        assert_eq!(endpoint_parts("http://m:5000"), Some(("m:5000", "")));
+        // containerd's hosts.toml reading: a v2 segment is the API root as given.
+        assert_eq!(endpoint_api_root(""), "/v2");
+        assert_eq!(endpoint_api_root("/v2/hub-proxy"), "/v2/hub-proxy");
+        assert_eq!(endpoint_api_root("/repository/hub"), "/repository/hub/v2");
+        assert_eq!(endpoint_api_root("/v2"), "/v2");
         let mut c = Config::default();
         c.image.max_concurrent_downloads = 0;
         assert!(c.validate().is_err());

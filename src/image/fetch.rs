@@ -88,6 +88,22 @@ impl Images {
         c: Candidate,
     ) -> Result<ImageRecord, PullError> {
         let m = &c.manifest;
+        // An ocicrypt layer (`...tar+gzip+encrypted`) names a tar type too: refused before any
+        // byte is fetched, instead of failing its unpack on ciphertext.
+        if let Some((n, enc)) = m
+            .layers
+            .iter()
+            .enumerate()
+            .find(|(_, l)| manifest::is_encrypted(&l.media_type))
+        {
+            return Err(PullError::Unsupported(format!(
+                "layer {} ({}) is encrypted (media type {:?}): crust does not decrypt layers; \
+                 pull a decrypted copy of the image",
+                n + 1,
+                enc.digest,
+                enc.media_type
+            )));
+        }
         if let Some(bad) = m
             .layers
             .iter()

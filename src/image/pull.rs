@@ -147,6 +147,7 @@ mod tests {
     fn ep(host: &str, plain: bool) -> Endpoint {
         Endpoint {
             host: host.into(),
+            path: String::new(),
             plain_http: plain,
             upstream: !plain,
             fallback: false,

@@ -54,6 +54,30 @@ impl Crust {
         c
     }
 
+    /// Starts `crust serve` with a `config` it must refuse: returns what it logged once it
+    /// exited (failing the test if it serves instead).
+    pub fn try_start(config: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let config = with_private_nri(&without_reserve(config), dir.path());
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let mut child = spawn(dir.path(), &[]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("crust serve did not refuse the config within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = std::fs::read_to_string(dir.path().join("crust.log")).unwrap_or_default();
+        assert!(!status.success(), "crust serve took the config: {log}");
+        log
+    }
+
     /// Like `start`, with the root directory on a tmpfs of `mib` MiB: a nearly full disk.
     pub fn start_on_small_disk(config: &str, mib: u32) -> Crust {
         let dir = tempfile::tempdir().unwrap();

@@ -667,6 +667,9 @@ fn answer(mut s: std::net::TcpStream, route: fn(&str) -> Canned) {
 pub struct TlsRegistry {
     pub addr: String,
     pub ca: PathBuf,
+    /// A client certificate and key from the same CA (`start_mtls`'s registry asks for one).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
     dir: tempfile::TempDir,
     child: Child,
 }
@@ -680,6 +683,15 @@ impl Drop for TlsRegistry {
 
 impl TlsRegistry {
     pub fn start(plain: &Registry) -> TlsRegistry {
+        TlsRegistry::start_with(plain, false)
+    }
+
+    /// A TLS registry that refuses a client without a certificate from its CA (mTLS).
+    pub fn start_mtls(plain: &Registry) -> TlsRegistry {
+        TlsRegistry::start_with(plain, true)
+    }
+
+    fn start_with(plain: &Registry, mtls: bool) -> TlsRegistry {
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| openssl(dir.path(), args);
         run(&[
@@ -731,9 +743,51 @@ impl TlsRegistry {
             "-extfile",
             "san.ext",
         ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+            "-subj",
+            "/CN=crust-node",
+        ]);
+        std::fs::write(
+            dir.path().join("client.ext"),
+            "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "client.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+        ]);
         let addr = format!("127.0.0.1:{}", free_port());
+        let client_cas = if mtls {
+            format!(
+                "    clientcas:\n      - {}\n",
+                dir.path().join("ca.pem").display()
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n{client_cas}",
             plain.dir.path().join("data").display(),
             dir.path().join("server.pem").display(),
             dir.path().join("server.key").display(),
@@ -755,8 +809,110 @@ impl TlsRegistry {
         TlsRegistry {
             addr,
             ca: dir.path().join("ca.pem"),
+            client_cert: dir.path().join("client.pem"),
+            client_key: dir.path().join("client.key"),
             dir,
             child,
         }
+    }
+}
+
+/// An HTTP front for a registry under paths of its own, as a pull-through cache serving many
+/// upstreams from one host is (Harbor's proxy-cache projects, Artifactory or Nexus remotes):
+/// each request whose path starts with one of `rewrites`' prefixes is sent on to `upstream`
+/// with that prefix replaced, one upstream connection per request; any other path is answered
+/// 404 without reaching the registry. Every path asked for is kept, in order (`asked`).
+pub struct PathProxy {
+    pub addr: String,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl PathProxy {
+    pub fn start(upstream: &str, rewrites: &[(&str, &str)]) -> PathProxy {
+        use std::sync::{Arc, Mutex};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let p = PathProxy {
+            addr: l.local_addr().unwrap().to_string(),
+            asked: asked.clone(),
+        };
+        let upstream = upstream.to_owned();
+        let rewrites: Vec<(String, String)> = rewrites
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        std::thread::spawn(move || {
+            for client in l.incoming().flatten() {
+                let (upstream, rewrites, asked) =
+                    (upstream.clone(), rewrites.clone(), asked.clone());
+                std::thread::spawn(move || proxy_requests(client, &upstream, &rewrites, &asked));
+            }
+        });
+        p
+    }
+
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+/// Serves one client connection's requests (GETs and HEADs: no request bodies) in turn.
+fn proxy_requests(
+    client: std::net::TcpStream,
+    upstream: &str,
+    rewrites: &[(String, String)],
+    asked: &std::sync::Mutex<Vec<String>>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let mut out = client;
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let end = line == "\r\n";
+            head.push(line);
+            if end {
+                break;
+            }
+        }
+        let mut first = head[0].split(' ');
+        let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+        asked.lock().unwrap().push(path.to_owned());
+        let Some(to) = rewrites.iter().find_map(|(from, to)| {
+            path.strip_prefix(from.as_str())
+                .map(|rest| format!("{to}{rest}"))
+        }) else {
+            let _ = out.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            continue;
+        };
+        // One request per upstream connection, closed after its answer, which is relayed whole.
+        let mut up = std::net::TcpStream::connect(upstream).unwrap();
+        let mut request = format!("{method} {to} HTTP/1.1\r\n");
+        for h in &head[1..head.len() - 1] {
+            if !h.to_ascii_lowercase().starts_with("connection:") {
+                request.push_str(h);
+            }
+        }
+        request.push_str("Connection: close\r\n\r\n");
+        up.write_all(request.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = up.read_to_end(&mut answer);
+        // The client's connection closes after this answer too: it came without a length the
+        // relay would have to parse to keep the connection for the next request.
+        let text = String::from_utf8_lossy(&answer);
+        let split = text.find("\r\n\r\n").map_or(answer.len(), |i| i + 2);
+        let mut reply: Vec<u8> = answer[..split]
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with(b"connection:") && !l.is_empty())
+            .flat_map(|l| l.iter().copied().chain(std::iter::once(b'\n')))
+            .collect();
+        reply.extend_from_slice(b"Connection: close\r\n");
+        reply.extend_from_slice(&answer[split..]);
+        let _ = out.write_all(&reply);
+        return;
     }
 }

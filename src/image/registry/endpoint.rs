@@ -4,6 +4,9 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub host: String,
+    /// The endpoint's path as configured (`/v2/hub-proxy`, `/repository/hub`), empty for a
+    /// plain registry: `crate::config::endpoint_api_root` says where its API is.
+    pub path: String,
     pub plain_http: bool,
     /// The image's own registry (credentials go only here).
     pub upstream: bool,
@@ -29,13 +32,34 @@ pub fn is_local(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+impl Endpoint {
+    /// Where the registry API is on the endpoint's host: `/v2` on a plain registry.
+    pub fn api_root(&self) -> String {
+        crate::config::endpoint_api_root(&self.path)
+    }
+
+    /// What the registry's `/v2/` ping (the auth challenge) is on this endpoint: the API root
+    /// up to its `v2` segment (`/v2/hub-proxy` pings `/v2/`, `/repository/hub` pings
+    /// `/repository/hub/v2/`).
+    pub fn ping_path(&self) -> String {
+        let root = self.api_root();
+        let end = root
+            .match_indices("/v2")
+            .map(|(i, m)| i + m.len())
+            .find(|&end| root[end..].is_empty() || root[end..].starts_with('/'))
+            .unwrap_or(root.len());
+        format!("{}/", &root[..end])
+    }
+}
+
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}://{}",
+            "{}://{}{}",
             if self.plain_http { "http" } else { "https" },
-            self.host
+            self.host,
+            self.path
         )
     }
 }
@@ -43,6 +67,32 @@ impl std::fmt::Display for Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_moves_the_api_and_its_ping() {
+        let ep = |path: &str| Endpoint {
+            host: "m".into(),
+            path: path.into(),
+            plain_http: false,
+            upstream: false,
+            fallback: false,
+        };
+        let both = |path: &str| (ep(path).api_root(), ep(path).ping_path());
+        assert_eq!(both(""), ("/v2".into(), "/v2/".into()));
+        assert_eq!(
+            both("/v2/hub-proxy"),
+            ("/v2/hub-proxy".into(), "/v2/".into())
+        );
+        assert_eq!(
+            both("/repository/hub"),
+            ("/repository/hub/v2".into(), "/repository/hub/v2/".into())
+        );
+        assert_eq!(both("/v2x/a"), ("/v2x/a/v2".into(), "/v2x/a/v2/".into()));
+        assert_eq!(
+            ep("/repository/hub").to_string(),
+            "https://m/repository/hub"
+        );
+    }
 
     #[test]
     fn only_this_node_is_local() {

@@ -302,6 +302,12 @@ impl Compression {
     }
 }
 
+/// Whether a layer media type is an ocicrypt one (the `+encrypted` suffix,
+/// containers/ocicrypt `spec.MediaTypeLayerEnc` and its compressed forms).
+pub fn is_encrypted(media_type: &str) -> bool {
+    media_type.ends_with("+encrypted")
+}
+
 /// Whether a layer media type is one crust can unpack (tar, optionally gzip or zstd).
 pub fn is_layer_type(media_type: &str) -> bool {
     media_type.is_empty()

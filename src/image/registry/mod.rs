@@ -28,7 +28,7 @@ use self::credentials::Auth;
 use self::http::{AuthHeader, FetchError, Tls};
 use self::manifest::{ACCEPTED_MANIFESTS, Descriptor};
 use self::reference::{DEFAULT_DOMAIN, ImageRef};
-use crate::config::{RegistryConfig, endpoint_host};
+use crate::config::{RegistryConfig, endpoint_parts};
 use crate::image::digest::{Algorithm, Digest};
 use crate::image::{ImageSettings, PullError, local, lock};
 
@@ -88,13 +88,14 @@ impl Registries {
                 .map(|m| m.endpoints.as_slice())
                 .unwrap_or_default()
             {
-                let Some(host) = endpoint_host(e) else {
+                let Some((host, path)) = endpoint_parts(e) else {
                     continue;
                 };
                 let ep = Endpoint {
                     host: host.to_owned(),
+                    path: path.to_owned(),
                     plain_http: e.starts_with("http://"),
-                    upstream: host == domain,
+                    upstream: host == domain && path.is_empty(),
                     fallback: false,
                 };
                 if !out.contains(&ep) {
@@ -102,9 +103,10 @@ impl Registries {
                 }
             }
         }
-        if !out.iter().any(|e| e.host == domain) {
+        if !out.iter().any(|e| e.upstream) {
             let upstream = |plain_http| Endpoint {
                 host: domain.to_owned(),
+                path: String::new(),
                 plain_http,
                 upstream: true,
                 fallback: plain_http,
@@ -131,8 +133,19 @@ impl Registries {
             Some(ca) => Some(std::fs::read(ca).map_err(local("reading CA file", ca))?),
             None => None,
         };
+        let identity_pem = match (&host_cfg.cert_file, &host_cfg.key_file) {
+            (Some(cert), Some(key)) => {
+                let mut pem =
+                    std::fs::read(cert).map_err(local("reading client certificate", cert))?;
+                pem.push(b'\n');
+                pem.extend(std::fs::read(key).map_err(local("reading client key", key))?);
+                Some(pem)
+            }
+            _ => None,
+        };
         Ok(Tls {
             ca_pem,
+            identity_pem,
             insecure_skip_verify: host_cfg.insecure_skip_verify,
         })
     }
@@ -233,10 +246,10 @@ impl Session {
         };
         self.anonymous = basic.is_none();
         let what = format!("authenticating to {}", self.registry);
-        let base = self.base_url();
+        let ping = format!("{}{}", self.base_url(), self.endpoint.ping_path());
         let asked = token::authorize(
             &self.http,
-            &base,
+            &ping,
             self.reference.repository(),
             basic.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
         );
@@ -322,8 +335,8 @@ impl Session {
             None => format!("{repo}:{tag_or_digest}"),
         };
         let url = format!(
-            "{}/v2/{repo}/manifests/{tag_or_digest}{}",
-            self.base_url(),
+            "{}/{repo}/manifests/{tag_or_digest}{}",
+            self.api_url(),
             self.reference
                 .namespace()
                 .map(|ns| format!("?ns={ns}"))
@@ -366,6 +379,11 @@ impl Session {
         Ok((fetched.body, actual, fetched.content_type))
     }
 
+    /// Where the endpoint's registry API is: `scheme://host/v2`, or the API root its path names.
+    fn api_url(&self) -> String {
+        format!("{}{}", self.base_url(), self.endpoint.api_root())
+    }
+
     /// `scheme://host` of the endpoint (Docker Hub's API host for docker.io).
     fn base_url(&self) -> String {
         let scheme = if self.endpoint.plain_http {
@@ -381,8 +399,8 @@ impl Session {
         let repo = self.reference.repository();
         let what = format!("blob {}", desc.digest);
         let url = format!(
-            "{}/v2/{repo}/blobs/{}{}",
-            self.base_url(),
+            "{}/{repo}/blobs/{}{}",
+            self.api_url(),
             desc.digest,
             self.reference
                 .namespace()
@@ -540,6 +558,7 @@ mod tests {
             eps,
             [Endpoint {
                 host: "127.0.0.1:5001".into(),
+                path: String::new(),
                 plain_http: true,
                 upstream: true,
                 fallback: false,

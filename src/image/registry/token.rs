@@ -52,16 +52,16 @@ pub enum AuthorizeError {
     NoToken,
 }
 
-/// Asks `base_url` (`scheme://host`) how to pull `repo`, and its token realm, if it names one,
-/// for a token (sending `basic` credentials there when given).
+/// Asks the registry's ping URL (`scheme://host/v2/`) how to pull `repo`, and its token realm,
+/// if it names one, for a token (sending `basic` credentials there when given).
 pub async fn authorize(
     client: &reqwest::Client,
-    base_url: &str,
+    ping_url: &str,
     repo: &str,
     basic: Option<(&str, &str)>,
 ) -> Result<Authorized, AuthorizeError> {
     let ping = client
-        .get(format!("{base_url}/v2/"))
+        .get(ping_url)
         .send()
         .await
         .map_err(AuthorizeError::Transport)?;
@@ -135,7 +135,7 @@ pub async fn exchange(
     let host = super::reference::api_host(&ep.host);
     let scheme = if ep.plain_http { "http" } else { "https" };
     let resp = client
-        .get(format!("{scheme}://{host}/v2/"))
+        .get(format!("{scheme}://{host}{}", ep.ping_path()))
         .send()
         .await
         .map_err(unreachable)?;
