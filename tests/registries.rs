@@ -180,3 +180,92 @@ async fn an_encrypted_layer_is_refused_before_it_is_fetched() {
         "the encrypted layer was fetched: {asked:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerds_host_directories_are_read_on_every_pull() {
+    let reg = Registry::start(Auth::None);
+    let img = busybox_image();
+    reg.push("library/app", "1", &img).await;
+    let proxy = PathProxy::start(&reg.addr, &[("/v2/hub-proxy/", "/v2/")]);
+    let tls = registry::TlsRegistry::start_mtls(&reg);
+    let certs = tempfile::tempdir().unwrap();
+    let dir = |name: &str| {
+        let d = certs.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    // docker.io: a Harbor-style proxy project, written as k3s and containerd's docs write it.
+    std::fs::write(
+        dir("docker.io").join("hosts.toml"),
+        format!(
+            "server = \"https://registry-1.docker.io\"\n\n[host.\"http://{}/v2/hub-proxy\"]\n  \
+             capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n",
+            proxy.addr
+        ),
+    )
+    .unwrap();
+    let c = Crust::start(&format!(
+        "[registry]\nconfig_path = \"/nonexistent:{}\"\n",
+        certs.path().display()
+    ));
+    assert_eq!(pull(&c, "app:1").await.unwrap(), img.id());
+    assert!(
+        proxy
+            .asked()
+            .iter()
+            .any(|p| p.starts_with("/v2/hub-proxy/library/app/manifests/1")),
+        "{:?}",
+        proxy.asked()
+    );
+
+    // quay.io has no directory yet: its pull goes to quay.io itself and fails offline. A
+    // directory written now (no reload) sends the next pull to the mTLS registry, with the
+    // CA and client pair given relative to the directory.
+    assert!(pull(&c, "quay.io/library/app:1").await.is_err());
+    let quay = dir("quay.io");
+    for (from, to) in [
+        (&tls.ca, "ca.pem"),
+        (&tls.client_cert, "client.pem"),
+        (&tls.client_key, "client.key"),
+    ] {
+        std::fs::copy(from, quay.join(to)).unwrap();
+    }
+    std::fs::write(
+        quay.join("hosts.toml"),
+        format!(
+            "[host.\"https://{}\"]\n  ca = \"ca.pem\"\n  client = [[\"client.pem\", \"client.key\"]]\n",
+            tls.addr
+        ),
+    )
+    .unwrap();
+    assert_eq!(pull(&c, "quay.io/library/app:1").await.unwrap(), img.id());
+
+    // Docker's layout, for the registry itself: <host>_<port>_ with ca.crt, node.cert, node.key.
+    let (host, port) = tls.addr.rsplit_once(':').unwrap();
+    let own = dir(&format!("{host}_{port}_"));
+    std::fs::copy(&tls.ca, own.join("ca.crt")).unwrap();
+    std::fs::copy(&tls.client_cert, own.join("node.cert")).unwrap();
+    std::fs::copy(&tls.client_key, own.join("node.key")).unwrap();
+    assert_eq!(
+        pull(&c, &format!("{}/library/app:1", tls.addr))
+            .await
+            .unwrap(),
+        img.id()
+    );
+
+    // A file crust cannot follow fails the pull naming the file and the key.
+    std::fs::write(
+        quay.join("hosts.toml"),
+        format!(
+            "[host.\"https://{}\"]\n  [host.\"https://{0}\".header]\n  x-token = \"1\"\n",
+            tls.addr
+        ),
+    )
+    .unwrap();
+    let e = pull(&c, "quay.io/library/app:1").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(
+        e.message().contains("quay.io/hosts.toml") && e.message().contains("header"),
+        "{e}"
+    );
+}

@@ -306,6 +306,20 @@ pub struct RegistryConfig {
     pub mirrors: BTreeMap<String, MirrorConfig>,
     /// TLS settings per endpoint host (`host[:port]`).
     pub configs: BTreeMap<String, RegistryHostConfig>,
+    /// containerd's registry host directories (`hosts.toml`, `:`-separated roots such as
+    /// `/etc/containerd/certs.d`), read on every pull before `mirrors`; empty for none.
+    pub config_path: String,
+}
+
+impl RegistryConfig {
+    /// The roots `config_path` names, in order.
+    pub fn host_dirs(&self) -> Vec<PathBuf> {
+        self.config_path
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

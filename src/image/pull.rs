@@ -17,7 +17,14 @@ impl Images {
     ) -> Result<ImageRecord, ImageError> {
         let image = ImageRef::parse(reference)?;
         let _busy = self.pulls.begin();
-        let endpoints = self.registries.endpoints(&image.domain);
+        let endpoints = self
+            .registries
+            .endpoints(&image.domain)
+            .map_err(|e| ImageError::Pull {
+                reference: image.to_string(),
+                error: Box::new(e),
+                also: Vec::new(),
+            })?;
         let mut failures: Vec<(Endpoint, PullError)> = Vec::new();
         for (i, ep) in endpoints.iter().enumerate() {
             let refused = matches!(failures.last(), Some((_, PullError::Unreachable { .. })));
@@ -148,6 +155,8 @@ mod tests {
         Endpoint {
             host: host.into(),
             path: String::new(),
+            api_root: "/v2".into(),
+            tls: None,
             plain_http: plain,
             upstream: !plain,
             fallback: false,

@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 mod credentials;
 mod endpoint;
+mod hosts;
 pub mod http;
 pub mod manifest;
 pub mod reference;
@@ -76,11 +77,17 @@ impl Registries {
         lock(&self.clients).clear();
     }
 
-    /// Mirrors configured for `domain` (then those for `*`), then `domain` itself unless a
-    /// mirror already names it.
-    pub fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
+    /// The endpoints of `domain`'s host directory (`registry.config_path`, `hosts.rs`), when
+    /// it has one; then the mirrors configured for `domain` (then those for `*`); then
+    /// `domain` itself unless one of them already is it.
+    pub fn endpoints(&self, domain: &str) -> Result<Vec<Endpoint>, PullError> {
         let config = self.config();
-        let mut out: Vec<Endpoint> = Vec::new();
+        let roots = config.host_dirs();
+        // A few small files read per pull, as containerd does: an edit applies to the next
+        // pull without a reload.
+        let mut out = hosts::endpoints(&roots, domain)
+            .map_err(|e| PullError::Invalid(e.to_string()))?
+            .unwrap_or_default();
         for key in [domain, "*"] {
             for e in config
                 .mirrors
@@ -91,38 +98,28 @@ impl Registries {
                 let Some((host, path)) = endpoint_parts(e) else {
                     continue;
                 };
-                let ep = Endpoint {
-                    host: host.to_owned(),
-                    path: path.to_owned(),
-                    plain_http: e.starts_with("http://"),
-                    upstream: host == domain && path.is_empty(),
-                    fallback: false,
-                };
-                if !out.contains(&ep) {
+                let ep = Endpoint::mirror(host, path, e.starts_with("http://"), domain);
+                if !out.iter().any(|o| o.to_string() == ep.to_string()) {
                     out.push(ep);
                 }
             }
         }
         if !out.iter().any(|e| e.upstream) {
-            let upstream = |plain_http| Endpoint {
-                host: domain.to_owned(),
-                path: String::new(),
-                plain_http,
-                upstream: true,
-                fallback: plain_http,
-            };
-            out.push(upstream(false));
+            out.push(Endpoint::upstream(domain, false));
             // A registry on this node often speaks plain HTTP (a developer's, a node-local
             // cache): tried when HTTPS to it cannot connect, without a mirror entry. Every
             // other host stays HTTPS unless a mirror entry says http://.
             if endpoint::is_local(domain) {
-                out.push(upstream(true));
+                out.push(Endpoint::upstream(domain, true));
             }
         }
-        out
+        Ok(out)
     }
 
     fn tls(&self, ep: &Endpoint) -> Result<Tls, PullError> {
+        if let Some(own) = &ep.tls {
+            return host_dir_tls(own);
+        }
         let host_cfg = self
             .config()
             .configs
@@ -174,7 +171,9 @@ impl Registries {
     ) -> Result<Session, PullError> {
         let (auth, credentials_from) = self.auth_for(ep, image, creds)?;
         let http = self.client(ep)?;
-        let reference = image.to_oci((!ep.upstream).then_some(ep.host.as_str()));
+        // A host directory's `server` may put the registry itself on another host.
+        let elsewhere = !ep.upstream || ep.host != image.domain;
+        let reference = image.to_oci(elsewhere.then_some(ep.host.as_str()));
         let session = Session {
             http,
             reference,
@@ -381,7 +380,7 @@ impl Session {
 
     /// Where the endpoint's registry API is: `scheme://host/v2`, or the API root its path names.
     fn api_url(&self) -> String {
-        format!("{}{}", self.base_url(), self.endpoint.api_root())
+        format!("{}{}", self.base_url(), self.endpoint.api_root)
     }
 
     /// `scheme://host` of the endpoint (Docker Hub's API host for docker.io).
@@ -501,6 +500,31 @@ impl Session {
     }
 }
 
+/// A host directory's TLS settings, read now (a pull reads its files anew, as containerd does).
+fn host_dir_tls(own: &endpoint::HostTls) -> Result<Tls, PullError> {
+    let mut ca = Vec::new();
+    for f in &own.ca_files {
+        ca.extend(std::fs::read(f).map_err(local("reading CA file", f))?);
+        ca.push(b'\n');
+    }
+    let identity_pem = match &own.client {
+        None => None,
+        Some((cert, key)) => {
+            let mut pem = std::fs::read(cert).map_err(local("reading client certificate", cert))?;
+            if let Some(key) = key {
+                pem.push(b'\n');
+                pem.extend(std::fs::read(key).map_err(local("reading client key", key))?);
+            }
+            Some(pem)
+        }
+    };
+    Ok(Tls {
+        ca_pem: (!ca.is_empty()).then_some(ca),
+        identity_pem,
+        insecure_skip_verify: own.skip_verify.unwrap_or(false),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use base64::Engine;
@@ -533,6 +557,7 @@ mod tests {
         ]);
         let eps: Vec<String> = r
             .endpoints("docker.io")
+            .unwrap()
             .iter()
             .map(|e| e.to_string())
             .collect();
@@ -545,7 +570,7 @@ mod tests {
                 "https://docker.io"
             ]
         );
-        let eps = r.endpoints("quay.io");
+        let eps = r.endpoints("quay.io").unwrap();
         assert_eq!(eps.len(), 2);
         assert!(eps[1].upstream && !eps[1].plain_http);
     }
@@ -553,16 +578,15 @@ mod tests {
     #[test]
     fn a_host_named_as_its_own_mirror_is_tried_once_over_http() {
         let r = registries(&[("127.0.0.1:5001", &["http://127.0.0.1:5001"])]);
-        let eps = r.endpoints("127.0.0.1:5001");
+        let eps = r.endpoints("127.0.0.1:5001").unwrap();
         assert_eq!(
             eps,
-            [Endpoint {
-                host: "127.0.0.1:5001".into(),
-                path: String::new(),
-                plain_http: true,
-                upstream: true,
-                fallback: false,
-            }]
+            [Endpoint::mirror(
+                "127.0.0.1:5001",
+                "",
+                true,
+                "127.0.0.1:5001"
+            )]
         );
     }
 
@@ -571,6 +595,7 @@ mod tests {
         let r = registries(&[]);
         let eps: Vec<(String, bool)> = r
             .endpoints("localhost:5000")
+            .unwrap()
             .iter()
             .map(|e| (e.to_string(), e.fallback))
             .collect();
@@ -581,13 +606,13 @@ mod tests {
                 ("http://localhost:5000".to_owned(), true)
             ]
         );
-        assert_eq!(r.endpoints("[::1]:5000").len(), 2);
-        let eps = r.endpoints("10.0.0.1:5000");
+        assert_eq!(r.endpoints("[::1]:5000").unwrap().len(), 2);
+        let eps = r.endpoints("10.0.0.1:5000").unwrap();
         assert_eq!(eps.len(), 1);
         assert!(!eps[0].plain_http);
         // An https mirror entry for the local host is the operator's choice: no fallback.
         let r = registries(&[("127.0.0.1:5000", &["https://127.0.0.1:5000"])]);
-        assert_eq!(r.endpoints("127.0.0.1:5000").len(), 1);
+        assert_eq!(r.endpoints("127.0.0.1:5000").unwrap().len(), 1);
     }
 
     #[test]
