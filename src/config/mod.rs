@@ -68,6 +68,10 @@ pub struct Config {
     pub cgroup_driver: CgroupDriver,
     /// Parent cgroup for pods whose request names none.
     pub default_cgroup_parent: String,
+    /// With the systemd driver, containers' scopes are `<prefix>-<id>.scope`: "crust" by
+    /// default; "cri-containerd" or "crio" for agents that recognise only those (Falco's
+    /// container plugin).
+    pub cgroup_scope_prefix: String,
     /// The runtime handler used when a request names none.
     pub default_runtime_handler: String,
     /// Runtime handlers a pod may ask for.
@@ -464,6 +468,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             cgroup_driver: CgroupDriver::Cgroupfs,
             default_cgroup_parent: "/crust".into(),
+            cgroup_scope_prefix: "crust".into(),
             default_runtime_handler: "runc".into(),
             runtime_handlers: vec!["runc".into()],
             cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
@@ -660,6 +665,19 @@ impl Config {
                 "default_runtime_handler {:?} is not one of runtime_handlers {:?} nor of runtimes",
                 self.default_runtime_handler, self.runtime_handlers
             ));
+        }
+        let prefix = &self.cgroup_scope_prefix;
+        if prefix.is_empty()
+            || !prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            || prefix.starts_with('-')
+            || prefix.ends_with('-')
+        {
+            return Err(ConfigError::Invalid(format!(
+                "cgroup_scope_prefix {prefix:?}: lowercase letters, digits and inner dashes only \
+                 (a systemd unit name's part)"
+            )));
         }
         if !self.default_cgroup_parent.starts_with('/')
             && self.cgroup_driver == CgroupDriver::Cgroupfs

@@ -319,7 +319,8 @@ fn sandbox_context(config: &Config) -> Result<SandboxContext, DaemonError> {
             config.cgroup_driver,
             config.default_cgroup_parent.clone(),
             "/sys/fs/cgroup".into(),
-        ),
+        )
+        .with_scope_prefix(&config.cgroup_scope_prefix),
         default_handler: config.default_runtime_handler.clone(),
         handlers: config.handler_names(),
         runtimes: config.oci_runtimes(),

@@ -37,6 +37,8 @@ pub struct CgroupSettings {
     pub root: PathBuf,
     /// Pure cgroup v2 (else v1 or hybrid: controllers on v1 hierarchies).
     pub unified: bool,
+    /// With systemd, containers' scopes are `<prefix>-<id>.scope` (`cgroup_scope_prefix`).
+    pub scope_prefix: String,
 }
 
 /// Where the monitors live below the default parent, with the cgroupfs driver.
@@ -54,6 +56,15 @@ impl CgroupSettings {
             default_parent,
             root,
             unified,
+            scope_prefix: "crust".into(),
+        }
+    }
+
+    /// These settings with containers' systemd scopes named `<prefix>-<id>.scope`.
+    pub fn with_scope_prefix(self, prefix: &str) -> CgroupSettings {
+        CgroupSettings {
+            scope_prefix: prefix.to_owned(),
+            ..self
         }
     }
 
@@ -92,7 +103,7 @@ impl CgroupSettings {
             CgroupDriver::Cgroupfs => format!("{pod}/{id}"),
             CgroupDriver::Systemd => {
                 let slice = pod.split(':').next().unwrap_or_default();
-                format!("{slice}:crust:{id}")
+                format!("{slice}:{}:{id}", self.scope_prefix)
             }
         }
     }
@@ -553,7 +564,30 @@ mod tests {
             default_parent: "/crust".into(),
             root: "/sys/fs/cgroup".into(),
             unified,
+            scope_prefix: "crust".into(),
         }
+    }
+
+    #[test]
+    fn containers_scopes_take_the_configured_prefix_so_agents_recognise_them() {
+        let s = settings(CgroupDriver::Systemd, true).with_scope_prefix("cri-containerd");
+        let pod = s.pod_path("kubepods-burstable-pod1.slice", "ab");
+        let c = s.container_path(&pod, "cd");
+        assert_eq!(c, "kubepods-burstable-pod1.slice:cri-containerd:cd");
+        assert_eq!(
+            s.controller_dir(&c, "memory"),
+            Path::new(
+                "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/\
+                 kubepods-burstable-pod1.slice/cri-containerd-cd.scope"
+            )
+        );
+        // The pod's own scope (its monitor's) stays crust's.
+        assert_eq!(pod, "kubepods-burstable-pod1.slice:crust:ab");
+        let s = settings(CgroupDriver::Cgroupfs, false).with_scope_prefix("crio");
+        assert_eq!(
+            s.container_path("/kubepods/pod1/crust-ab", "cd"),
+            "/kubepods/pod1/crust-ab/cd"
+        );
     }
 
     #[test]
