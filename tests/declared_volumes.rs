@@ -3,7 +3,7 @@
 //! image's content there, writable under a read-only root, kept out of the writable layer and
 //! gone with the container (or with a create that failed); a kubelet mount at the same path wins.
 //! With `"mkdir"` (CRI-O's default) the path is the root filesystem's, read-only under a
-//! read-only root.
+//! read-only root; `crust config dump` shows the key with the file that set it.
 
 mod common;
 
@@ -157,6 +157,21 @@ async fn mkdir_leaves_a_declared_volume_in_the_read_only_root_as_cri_o_does() {
         std::fs::write(&d.config, format!("image_volumes = \"mkdir\"\n{text}")).unwrap();
     })
     .await;
+    let dump = std::process::Command::new(env!("CARGO_BIN_EXE_crust"))
+        .args(["config", "dump", "--config"])
+        .arg(&e.d.config)
+        .arg("--state")
+        .arg(&e.d.state)
+        .arg("--root")
+        .arg(&e.d.root)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&dump.stdout);
+    let line = shown.lines().find(|l| l.starts_with("image_volumes = "));
+    assert!(
+        line.is_some_and(|l| l.contains("\"mkdir\"") && l.contains("config.toml")),
+        "the dump shows the key and its file: {shown}"
+    );
     let image = volumed_image(&e).await;
     let pod = e.pod("mkdir").await;
     let id = e.run(&pod, read_only(&e, "db", &image)).await;
