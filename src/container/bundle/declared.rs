@@ -404,6 +404,31 @@ mod tests {
         assert!(!t.path().join("declared/3").exists(), "covered: no copy");
     }
 
+    /// Something other than a directory at the path fails the create, naming the volume, as
+    /// containerd's copy fails; a directory the image lacks goes to the pod's root.
+    #[test]
+    fn a_file_at_the_path_is_refused_and_a_missing_one_is_the_pod_root_s() {
+        let t = tempfile::tempdir().unwrap();
+        let l = layout(t.path());
+        fs::create_dir_all(&l.rootfs).unwrap();
+        fs::write(l.rootfs.join("file"), b"x").unwrap();
+        let err = make(ImageVolumes::Bind, &l, ["/file"].iter(), &[], None).unwrap_err();
+        assert!(err.to_string().contains("volume /file"), "{err}");
+        let me = (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        );
+        // A container of its own: the failed one's layer directory goes with it.
+        let l = layout(&t.path().join("next"));
+        fs::create_dir_all(&l.rootfs).unwrap();
+        let binds = make(ImageVolumes::Bind, &l, ["/new"].iter(), &[], Some(me)).unwrap();
+        let made = fs::metadata(&binds[0].host_path).unwrap();
+        assert_eq!(
+            (made.uid(), made.gid(), made.mode() & 0o7777),
+            (me.0, me.1, 0o755)
+        );
+    }
+
     #[test]
     fn mkdir_makes_the_directory_and_ignore_nothing() {
         let t = tempfile::tempdir().unwrap();
