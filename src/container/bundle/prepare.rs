@@ -36,7 +36,7 @@ pub struct Inputs<'a> {
     pub apparmor_default: Option<String>,
     /// The image's /etc/passwd and /etc/group, read off the async workers (`accounts::read`).
     pub accounts: &'a super::accounts::Accounts,
-    /// The binds of the image's declared volumes (`declared::make`), from crust's own directories.
+    /// The binds of the image's declared volumes (`declared::make`), from crust's own dirs.
     pub declared: &'a [MountSpec],
 }
 
