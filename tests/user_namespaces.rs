@@ -479,6 +479,47 @@ async fn the_pod_lives_through_a_daemon_kill_and_leaves_nothing() {
     assert!(exited(pid as i32), "the container's process is gone");
 }
 
+/// An image's declared volume (`image_volumes = "bind"`, the default) in such a pod: the copy
+/// is stored under the pod's host ids, so the pod sees the image's owners and its root writes
+/// there, and a volume the image has no content for belongs to the pod's root.
+#[tokio::test]
+async fn declared_volumes_of_a_pod_are_stored_under_its_range() {
+    let mut e = Env::start().await;
+    let extra = [
+        oci_build::Node::Dir {
+            path: "data".into(),
+            mode: 0o750,
+            uid: 1000,
+            gid: 1000,
+        },
+        oci_build::file("data/seed", b"seed"),
+    ];
+    let volumes = serde_json::json!({"Cmd": ["sh"], "Volumes": {"/data": {}, "/cache": {}}});
+    let image = e.pull_image_with("volumed", &extra, volumes).await;
+    let pod = userns_pod(&mut e, "declared").await;
+    let mut config = userns_container(&e, "db", &["sleep", "1000"]);
+    config.image.as_mut().unwrap().image = image;
+    let sc = config.linux.as_mut().unwrap().security_context.as_mut();
+    sc.unwrap().readonly_rootfs = true;
+    let id = e.run(&pod, config).await;
+    let seen = e
+        .sh(&id, "stat -c '%u %g %a' /data /data/seed /cache")
+        .await;
+    assert_eq!(seen, "1000 1000 750\n0 0 644\n0 0 755\n");
+    e.sh(&id, "touch /data/x /cache/y").await;
+    let layer = e.d.root.join("containers").join(&id).join("declared");
+    let owner = |p: &str| {
+        let m = std::fs::metadata(layer.join(p)).unwrap();
+        (m.uid(), m.gid())
+    };
+    assert_eq!(owner("1"), (HOST + 1000, HOST + 1000));
+    for p in ["1/seed", "1/x", "0", "0/y"] {
+        assert_eq!(owner(p), (HOST, HOST), "{p}");
+    }
+    e.stop(&id, 0).await;
+    e.end_pod(&pod.0).await;
+}
+
 #[tokio::test]
 async fn requests_that_break_a_user_namespace_are_refused() {
     let mut e = Env::start().await;

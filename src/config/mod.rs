@@ -49,6 +49,20 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+/// What CreateContainer makes of the volumes an image's config declares (`Volumes`, a
+/// Dockerfile's `VOLUME`) that no request mount covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageVolumes {
+    /// containerd's default: a directory of the container's own, filled with the image's
+    /// content at that path, bound there read-write.
+    Bind,
+    /// CRI-O's default: an empty directory in the root filesystem where the image has none.
+    Mkdir,
+    /// Nothing (containerd's `ignore_image_defined_volumes`, CRI-O's `ignore`).
+    Ignore,
+}
+
 /// The default configuration with a comment per key, as `crust config default` prints it.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -90,6 +104,9 @@ pub struct Config {
     /// `name=soft:hard` or `name=limit` (`nofile=1024:4096`); they replace crust's
     /// RLIMIT_NOFILE of 1048576 when they name `nofile`.
     pub default_ulimits: Vec<String>,
+    /// What becomes of the image's declared volumes (`Volumes`): `bind` (containerd's
+    /// default), `mkdir` (CRI-O's default) or `ignore`.
+    pub image_volumes: ImageVolumes,
     /// The CRIU binary checkpoints are made with; empty: the `criu` on PATH. It must be
     /// CRIU 3.16 or later and pass `criu check` on this kernel (docs/checkpoint.md).
     pub criu_path: PathBuf,
@@ -475,6 +492,7 @@ impl Default for Config {
             device_ownership_from_security_context: false,
             hooks_dir: Vec::new(),
             default_ulimits: Vec::new(),
+            image_volumes: ImageVolumes::Bind,
             criu_path: PathBuf::new(),
             runtimes: BTreeMap::new(),
             network: NetworkConfig::default(),
@@ -1061,11 +1079,14 @@ mod tests {
         let c = Config::parse(
             "device_ownership_from_security_context = true\nhooks_dir = [\"/h\"]\n\
              default_ulimits = [\"nofile=1024:4096\", \"core=unlimited\"]\n\
+             image_volumes = \"mkdir\"\n\
              [image]\npinned_images = [\"registry.k8s.io/pause:3.10\", \"*base*\"]\n",
         )
         .unwrap();
         c.validate().unwrap();
         assert!(c.device_ownership_from_security_context);
+        assert_eq!(c.image_volumes, ImageVolumes::Mkdir);
+        assert_eq!(Config::default().image_volumes, ImageVolumes::Bind);
         let nofile = Ulimit {
             name: "nofile".into(),
             soft: 1024,
@@ -1086,6 +1107,7 @@ mod tests {
             let err = Config::parse(text).unwrap().validate().unwrap_err();
             assert!(err.to_string().contains(want), "{text}: {err}");
         }
+        assert!(Config::parse("image_volumes = \"copy\"").is_err());
     }
 
     #[test]

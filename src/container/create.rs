@@ -10,8 +10,8 @@ use std::sync::Arc;
 use super::checkpoint::{CheckpointError, restore};
 use super::prepare::{self, Inputs};
 use super::{
-    ContainerError, ContainerRecord, Containers, ImageInfo, Phase, blocking, detached, monitor_of,
-    now_nanos, rootfs, teardown,
+    ContainerError, ContainerRecord, Containers, ImageInfo, Phase, blocking, declared, detached,
+    monitor_of, now_nanos, rootfs, teardown,
 };
 use crate::cdi::Resolved;
 use crate::history::Fact;
@@ -213,6 +213,8 @@ impl Containers {
             .map_err(|e| ("open the pod's user namespace", e))?
             .map(Arc::new);
         let mount_userns = userns.clone();
+        // The pod root's host ids own what the image lacks of its declared volumes.
+        let pod_root = userns.as_ref().map(|u| u.maps.root());
         if let Some((_, unpacked)) = &restoring {
             let (id, unpacked, upper) = (record.id.clone(), unpacked.clone(), layout.upper.clone());
             let lowerdirs = lowerdirs.clone();
@@ -247,6 +249,7 @@ impl Containers {
             .await
             .map_err(|e| ("id-map the mounts", e))?;
         }
+        let declared = self.declare_volumes(record, &image_use, pod_root).await?;
         let target_pid_ns = self.target_pid_ns(&record.spec)?;
         let (apparmor, security) = (self.ctx.apparmor.clone(), record.spec.security.clone());
         let rootfs = layout.rootfs.clone();
@@ -279,6 +282,7 @@ impl Containers {
                 cdi,
                 apparmor_default,
                 accounts: &accounts,
+                declared: &declared,
             },
         )
         .map_err(|e| ("build the OCI spec", e))?;
@@ -352,6 +356,28 @@ impl Containers {
                 .map_err(|e| ("apply the limits systemd does not set", e))?;
         }
         Ok(())
+    }
+
+    /// The image's declared volumes, made as `image_volumes` says (`declared`); their copies
+    /// are in the layer directory, which a failed create removes. Blocking work off the
+    /// async workers: the copy is as large as the image's content there. `owner`: the host
+    /// ids of the pod's root, in a pod with a user namespace.
+    async fn declare_volumes(
+        &self,
+        record: &ContainerRecord,
+        image: &crate::image::ImageUse,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Vec<crate::model::MountSpec>, Step> {
+        if image.config.volumes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mode = self.ctx.image_volumes;
+        let layout = rootfs::layout(&self.ctx, &record.id);
+        let volumes: Vec<String> = image.config.volumes.keys().cloned().collect();
+        let mounts = record.spec.mounts.clone();
+        blocking(move || declared::make(mode, &layout, volumes.iter(), &mounts, owner))
+            .await
+            .map_err(|e| ("make the image's declared volumes", e))
     }
 
     fn create_request(&self, record: &ContainerRecord, bundle: PathBuf) -> CreateRequest {

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use bundle::apparmor;
 pub use bundle::idmap::probe as probe_user_namespaces;
-use bundle::{accounts, host, idmap, poststop, prepare, rootfs, volumes};
+use bundle::{accounts, declared, host, idmap, poststop, prepare, rootfs, volumes};
 pub use checkpoint::{CheckpointError, PodCheckpoint, PodRestore};
 #[cfg(any(test, fuzzing))]
 pub(crate) use create::validate;
@@ -204,6 +204,8 @@ pub struct ContainerContext {
     pub device_ownership_from_security_context: bool,
     /// Directories of OCI hook files (`hooks_dir`).
     pub hooks_dirs: Vec<PathBuf>,
+    /// What becomes of the volumes an image declares (`image_volumes`).
+    pub image_volumes: crate::config::ImageVolumes,
     /// The handlers an OCI runtime binary runs (`runtimes`), by name; any other handler is
     /// libcontainer's.
     pub runtimes: BTreeMap<String, crate::model::OciRuntime>,
@@ -235,6 +237,7 @@ impl ContainerContext {
             cdi_spec_dirs: crate::config::Config::default().cdi_spec_dirs,
             device_ownership_from_security_context: false,
             hooks_dirs: Vec::new(),
+            image_volumes: crate::config::ImageVolumes::Bind,
             runtimes: BTreeMap::new(),
             runtime_features: BTreeMap::new(),
             criu_path: None,

@@ -214,6 +214,7 @@ async fn start_containers(
     ctx.cdi_spec_dirs = config.cdi_spec_dirs.clone();
     ctx.device_ownership_from_security_context = config.device_ownership_from_security_context;
     ctx.hooks_dirs = config.hooks_dir.clone();
+    ctx.image_volumes = config.image_volumes;
     ctx.criu_path = Some(config.criu_path.clone()).filter(|p| !p.as_os_str().is_empty());
     ctx.host.default_ulimits = crate::config::Ulimit::all(config);
     ctx.runtimes = config.oci_runtimes();

@@ -153,6 +153,34 @@ impl Env {
         Env { d, reg, image, c }
     }
 
+    /// Pushes an image of the test image's layer and a layer of `extra` over it, with `config`
+    /// as its runtime config, to the test registry as `<repo>:1`, and pulls it; returns its
+    /// reference.
+    pub async fn pull_image_with(
+        &self,
+        repo: &str,
+        extra: &[Node],
+        config: serde_json::Value,
+    ) -> String {
+        let img = image(
+            &[
+                (tar(&test_image_layer()), Comp::Gzip),
+                (tar(extra), Comp::Gzip),
+            ],
+            config,
+            "amd64",
+        );
+        self.reg.push(repo, "1", &img).await;
+        let reference = format!("{}/{repo}:1", self.reg.addr);
+        self.d
+            .images()
+            .await
+            .pull_image(super::pull_request(&reference))
+            .await
+            .unwrap();
+        reference
+    }
+
     /// A pod as kubelet makes one (each container has a PID namespace of its own), with a log
     /// directory of its own; returns its id and its config.
     pub async fn pod(&mut self, name: &str) -> (String, pb::PodSandboxConfig) {

@@ -36,6 +36,8 @@ pub struct Inputs<'a> {
     pub apparmor_default: Option<String>,
     /// The image's /etc/passwd and /etc/group, read off the async workers (`accounts::read`).
     pub accounts: &'a super::accounts::Accounts,
+    /// The binds of the image's declared volumes (`declared::make`), from crust's own dirs.
+    pub declared: &'a [MountSpec],
 }
 
 pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, ContainerError> {
@@ -43,7 +45,10 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
     let config = &inputs.image.config;
     let files = inputs.accounts.files();
     let user = oci::resolve_user(&spec.security, &config.user, inputs.image_name, &files)?;
-    let mounts = resolve_mounts(&spec.mounts)?;
+    let mut mounts = resolve_mounts(&spec.mounts)?;
+    // The image's declared volumes are bound like the request's own (containerd adds them to
+    // its CRI mounts), and sorted among them by depth.
+    mounts.extend(inputs.declared.iter().cloned());
     let mut host = ctx.host.clone();
     for m in &mounts {
         if m.propagation != Propagation::Private {
@@ -87,7 +92,6 @@ pub fn prepare(ctx: &ContainerContext, inputs: &Inputs<'_>) -> Result<Prepared, 
         tracing::info!(files = ?hooks, "OCI hooks added from hooks_dir");
     }
     let stop_signal = oci::stop_signal(&spec.stop_signal, &config.stop_signal)?;
-    make_volume_dirs(inputs.rootfs, config.volumes.keys(), &mounts);
     Ok(Prepared {
         spec: built,
         user,
@@ -354,44 +358,4 @@ fn load_seccomp(path: &str) -> Result<oci::SeccompProfile, ContainerError> {
         ContainerError::Invalid(format!("seccomp profile {path:?} cannot be read: {e}"))
     })?;
     Ok(oci::parse_seccomp_profile(path, &text)?)
-}
-
-/// The image's declared volumes become empty directories (as containerd's default `mkdir`
-/// mode makes them), unless a request mount covers them; created inside the root filesystem
-/// only, never through a symlink out of it.
-fn make_volume_dirs<'a>(
-    rootfs: &Path,
-    volumes: impl Iterator<Item = &'a String>,
-    mounts: &[MountSpec],
-) {
-    for volume in volumes {
-        if mounts.iter().any(|m| m.container_path == *volume) {
-            continue;
-        }
-        if let Err(e) = mkdir_in_root(rootfs, volume) {
-            tracing::warn!(volume = %volume, error = %e, "creating the image's volume directory");
-        }
-    }
-}
-
-fn mkdir_in_root(root: &Path, path: &str) -> std::io::Result<()> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags, mkdirat, openat2};
-    let mut dir: std::os::fd::OwnedFd = std::fs::File::open(root)?.into();
-    for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
-        if part == ".." {
-            return Err(std::io::Error::other("`..` in a volume path"));
-        }
-        match mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => return Err(e.into()),
-        }
-        dir = openat2(
-            &dir,
-            part,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-        )?;
-    }
-    Ok(())
 }
