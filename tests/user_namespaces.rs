@@ -521,16 +521,83 @@ async fn declared_volumes_of_a_pod_are_stored_under_its_range() {
 }
 
 #[tokio::test]
+async fn a_pod_in_a_user_namespace_may_use_the_nodes_network() {
+    let mut e = Env::start().await;
+    let features =
+        e.c.status(pb::StatusRequest { verbose: false })
+            .await
+            .unwrap()
+            .into_inner()
+            .features
+            .unwrap();
+    assert!(features.user_namespaces_host_network, "{features:?}");
+    let mut config = userns_pod_config(&e, "hostnet");
+    config.linux.as_mut().unwrap().sysctls.clear();
+    let sc = config.linux.as_mut().unwrap().security_context.as_mut();
+    sc.unwrap().namespace_options.as_mut().unwrap().network = pb::NamespaceMode::Node as i32;
+    let id = run_pod(&mut e.c, config.clone()).await;
+    let pod = (id, config);
+    let mut c = userns_container(&e, "app", &["sleep", "3600"]);
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .namespace_options
+        .as_mut()
+        .unwrap()
+        .network = pb::NamespaceMode::Node as i32;
+    let cid = e.run(&pod, c).await;
+    let pid = pid_of(&mut e, &cid).await;
+    // Its own user namespace, the node's network.
+    assert_eq!(
+        host_ids(pid, "Uid:"),
+        format!("{HOST} {HOST} {HOST} {HOST}")
+    );
+    let ns = |p: &str| std::fs::read_link(p).unwrap();
+    assert_eq!(
+        ns(&format!("/proc/{pid}/ns/net")),
+        ns("/proc/self/ns/net"),
+        "the container is not on the node's network"
+    );
+    assert_ne!(
+        ns(&format!("/proc/{pid}/ns/user")),
+        ns("/proc/self/ns/user")
+    );
+    // /sys is the node's (sysfs cannot be mounted without owning the network namespace),
+    // read-only: its interfaces are the node's.
+    let mut host_ifaces: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    host_ifaces.sort();
+    let listed = e.sh(&cid, "ls /sys/class/net").await;
+    let mut seen: Vec<String> = listed.split_whitespace().map(str::to_owned).collect();
+    seen.sort();
+    assert_eq!(seen, host_ifaces);
+    let out = e
+        .exec(&cid, &["sh", "-c", "echo 1 > /sys/class/net/lo/mtu"])
+        .await;
+    assert_ne!(out.exit_code, 0, "/sys is writable");
+    // Its root holds no capability over the node's network.
+    let out = e
+        .exec(
+            &cid,
+            &["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+        )
+        .await;
+    assert_ne!(out.exit_code, 0, "the pod changed the node's network");
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}
+
+#[tokio::test]
 async fn requests_that_break_a_user_namespace_are_refused() {
     let mut e = Env::start().await;
     // Sharing a namespace of the node's would leave it owned by the node's user namespace.
     let node = pb::NamespaceMode::Node as i32;
     type Set = fn(&mut pb::NamespaceOption, i32);
-    let modes: [(&str, Set); 3] = [
-        ("network", |o, m| o.network = m),
-        ("pid", |o, m| o.pid = m),
-        ("ipc", |o, m| o.ipc = m),
-    ];
+    let modes: [(&str, Set); 2] = [("pid", |o, m| o.pid = m), ("ipc", |o, m| o.ipc = m)];
     for (kind, set) in modes {
         let mut config = userns_pod_config(&e, &format!("node-{kind}"));
         let sc = config.linux.as_mut().unwrap().security_context.as_mut();

@@ -254,7 +254,9 @@ impl RuntimeService for RuntimeServer {
                 // Mount.mount_options: noexec, nosuid, nodev (and ro) are applied; any other
                 // option fails CreateContainer.
                 mount_options: true,
-                ..Default::default()
+                // A pod with a user namespace may use the node's network (see
+                // `sandbox::validate`); kubelet asks for it behind UserNamespacesHostNetworkSupport.
+                user_namespaces_host_network: true,
             }),
         }))
     }

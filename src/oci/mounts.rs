@@ -122,6 +122,8 @@ pub(crate) fn mounts(input: &SpecInput<'_>, privileged: bool) -> Result<Mounts, 
         .map(|k| {
             if k.kind == "cgroup" && !binds.is_empty() {
                 cgroup_tmpfs()
+            } else if k.kind == "sysfs" && input.pod.user_ns.is_some() && input.pod.host_network {
+                host_sysfs(privileged)
             } else {
                 kernel_mount(k, privileged)
             }
@@ -150,6 +152,17 @@ pub(crate) fn mounts(input: &SpecInput<'_>, privileged: bool) -> Result<Mounts, 
 }
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// /sys for a container in a user namespace on the node's network: sysfs can be mounted only by
+/// a user namespace owning the network namespace, so the node's is bound instead (as runc falls
+/// back to for the same pods), read-only unless privileged.
+fn host_sysfs(privileged: bool) -> Mount {
+    let mut options = strings(&["rbind", "rprivate", "nosuid", "noexec", "nodev"]);
+    if !privileged {
+        options.push("ro".into());
+    }
+    mount("/sys", "bind", Path::new("/sys"), options)
+}
 
 /// Where the container's cgroup v1 directories are bound: a tmpfs like the host's.
 fn cgroup_tmpfs() -> Mount {

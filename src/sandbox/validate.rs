@@ -171,7 +171,10 @@ fn user_namespace(spec: &SandboxSpec, u: &UserNsRequest) -> Result<(), String> {
         }
     }
     let ns = &spec.namespaces;
-    for (kind, mode) in [("network", ns.network), ("pid", ns.pid), ("ipc", ns.ipc)] {
+    // The node's network is allowed (KEP-5607, `user_namespaces_host_network`): the pod's
+    // processes use it with no capability over it, and /sys is the node's, bound
+    // (`oci::mounts`). Sharing the node's PID or IPC namespace would undo the isolation.
+    for (kind, mode) in [("pid", ns.pid), ("ipc", ns.ipc)] {
         if mode == NamespaceMode::Node {
             return Err(format!(
                 "{FIELD}: a pod in a user namespace cannot use the node's {kind} namespace"
