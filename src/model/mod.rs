@@ -6,6 +6,7 @@
 //! helpers lives here; validation belongs to the verbs that take the requests.
 
 mod container;
+pub mod cri_json;
 mod id;
 mod namespaces;
 mod resources;
