@@ -1,11 +1,12 @@
 //! The shared request models as CRI messages in JSON, the way containerd puts them in a verbose
 //! status: Go's `encoding/json` over the cri-api Go types, whose fields all carry their
 //! protobuf names and `omitempty`. So a field at its zero value (false, 0, "", an empty list or
-//! map) is left out, a message kubelet sent is an object even when empty, an enum is its number,
-//! and `bytes` (an env value) is base64. Node agents (Falco's container plugin, for one) read
+//! map) is left out, a message kubelet sent is an object even when empty, and an enum is its
+//! number. An env value, `bytes` since cri-api 0.34, stays a string: cri-api's `KeyValue` has a
+//! `MarshalJSON` of its own (`api_json.go`) that writes it as one, each byte that is not UTF-8
+//! a U+FFFD, as crust records it. Node agents (Falco's container plugin, for one) read
 //! containerd's `info.config` this way; crust writes the same from what it recorded.
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -231,7 +232,7 @@ pub fn container_config(spec: &ContainerSpec, pod: PodNamespaces) -> Value {
     let envs = spec.envs.iter().map(|(k, v)| {
         GoObject::new()
             .field("key", k.as_str())
-            .field("value", base64::engine::general_purpose::STANDARD.encode(v))
+            .field("value", v.as_str())
     });
     let devices = spec.devices.iter().map(|d| {
         GoObject::new()
@@ -347,7 +348,7 @@ mod tests {
         assert_eq!(v["image"], json!({"image": "sha256:abc"}));
         assert_eq!(
             v["envs"],
-            json!([{"key": "A", "value": "YiBj"}, {"key": "EMPTY"}])
+            json!([{"key": "A", "value": "b c"}, {"key": "EMPTY"}])
         );
         assert_eq!(
             v["linux"]["security_context"],
