@@ -127,8 +127,8 @@ fn process_status(phase: Phase) -> &'static str {
 }
 
 /// CRI `PodSandboxConfig` as containerd shows it (see `crate::model::cri_json`), from what crust
-/// recorded: of the pod's security context crust keeps only its namespace options, so the rest
-/// (privileged, SELinux, run_as_user, seccomp...) is missing.
+/// recorded: of the pod's security context crust keeps only its namespace options and
+/// `privileged`, so the rest (SELinux, run_as_user, seccomp...) is missing.
 fn cri_config(spec: &SandboxSpec) -> serde_json::Value {
     let m = &spec.metadata;
     let dns = spec.dns.as_ref().map(|d| {
@@ -161,7 +161,9 @@ fn cri_config(spec: &SandboxSpec) -> serde_json::Value {
         .field("cgroup_parent", spec.cgroup_parent.as_str())
         .message(
             "security_context",
-            GoObject::new().message("namespace_options", namespaces),
+            GoObject::new()
+                .message("namespace_options", namespaces)
+                .field("privileged", spec.privileged),
         )
         .field("sysctls", json!(spec.sysctls))
         .maybe("overhead", sent(&spec.overhead))
