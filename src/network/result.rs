@@ -1,5 +1,6 @@
-//! The result of a CNI ADD: kept whole (it is the prevResult for DEL and CHECK) and read for the
-//! pod's IP addresses. The 0.3.x, 0.4.0 and 1.x result formats share the fields read here.
+//! The result of a CNI ADD: kept whole (it is the prevResult for DEL and CHECK), read for the
+//! pod's IP addresses, and shown as containerd shows it. The 0.3.x, 0.4.0 and 1.x result
+//! formats share the fields read here.
 
 use std::net::IpAddr;
 
@@ -50,9 +51,7 @@ impl CniResult {
         ips.sort_by_key(|ip| ip.is_ipv6());
         Ok(CniResult { raw, ips })
     }
-}
 
-impl CniResult {
     /// The result as containerd shows it (`cniResult` in a pod's verbose status): go-cni's
     /// `Result`, whose Go fields have no JSON names. Each interface by name, the pod's
     /// (`ifname`) always among them, with the addresses on it; the DNS of each network's
