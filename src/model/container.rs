@@ -89,6 +89,10 @@ pub struct ContainerSpec {
     pub metadata: ContainerMetadata,
     /// The image as the request names it (id, tag or digest reference).
     pub image: String,
+    /// The image as the pod spec names it (`ImageSpec.user_specified_image`): kubelet sends the
+    /// resolved reference in `image` and this beside it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user_specified_image: String,
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub working_dir: String,

@@ -3,9 +3,11 @@
 //! resolved to, namespace modes, and ids. It stands below every room that uses them
 //! (`container`, `sandbox`, `oci`, `monitor`), so that those rooms' arrows run one way:
 //! `container` -> `sandbox` -> `oci` / `monitor` -> `model`. No behaviour beyond plain
-//! helpers lives here; validation belongs to the verbs that take the requests.
+//! helpers lives here (`cri_json` writes the models back as the CRI messages they came from,
+//! for the verbose status); validation belongs to the verbs that take the requests.
 
 mod container;
+pub mod cri_json;
 mod id;
 mod namespaces;
 mod resources;

@@ -89,6 +89,10 @@ pub struct SandboxSpec {
     pub resources: Resources,
     #[serde(default)]
     pub overhead: Resources,
+    /// The pod's security context asks for privileged containers. crust does not act on it
+    /// (there is no pause container to run privileged); it is kept for the verbose status.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
 }
 
 impl SandboxSpec {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::container::{ContainerError, ContainerRecord, Containers, Phase};
+use crate::model::cri_json::{self, PodNamespaces};
 
 /// ListContainers' filter; every field set must match.
 #[derive(Debug, Default, Clone)]
@@ -72,16 +73,29 @@ impl Containers {
     }
 
     /// The `verbose` info: where the container's pieces live and its OCI spec, for an
-    /// operator debugging it.
+    /// operator debugging it, beside the keys node agents read in containerd's
+    /// (`ContainerInfo`, `internal/cri/server/container_status.go`): `sandboxID`, `pid` (0 when
+    /// it does not run), `config` (the CRI ContainerConfig, `crate::model::cri_json`) and
+    /// `runtimeSpec`, and CRI-O's `privileged`. crust's own record of the request is
+    /// `crustSpec`.
     pub fn info(&self, record: &ContainerRecord) -> serde_json::Value {
         let dir = self.ctx.container_dir(&record.id);
         let spec: serde_json::Value = std::fs::read(dir.join("bundle/config.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
+        let pod = self
+            .sandboxes
+            .get(&record.pod_id)
+            .map(|p| PodNamespaces {
+                network: p.spec.namespaces.network,
+                ipc: p.spec.namespaces.ipc,
+            })
+            .unwrap_or_default();
         json!({
             "sandboxID": record.pod_id,
-            "pid": record.pid,
+            "pid": record.pid.unwrap_or(0),
+            "privileged": record.spec.security.privileged,
             "phase": record.phase,
             "cgroup": record.cgroup,
             "stateDir": dir,
@@ -95,7 +109,8 @@ impl Containers {
             // The OCI runtime binary that runs it (`null`: libcontainer in the pod's monitor).
             "runtime": record.runtime,
             "runtimeSpec": spec,
-            "config": record.spec,
+            "config": cri_json::container_config(&record.spec, pod),
+            "crustSpec": record.spec,
         })
     }
 }

@@ -19,6 +19,7 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
         .metadata
         .ok_or_else(|| invalid("config.metadata is required"))?;
     let linux = config.linux.unwrap_or_default();
+    let image = config.image.unwrap_or_default();
     let mounts = config
         .mounts
         .into_iter()
@@ -29,7 +30,8 @@ pub fn container_spec(config: Option<pb::ContainerConfig>) -> Result<ContainerSp
             name: meta.name,
             attempt: meta.attempt,
         },
-        image: config.image.map(|i| i.image).unwrap_or_default(),
+        image: image.image,
+        user_specified_image: image.user_specified_image,
         command: config.command,
         args: config.args,
         working_dir: config.working_dir,

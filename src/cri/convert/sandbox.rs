@@ -64,6 +64,7 @@ pub fn sandbox_spec(
         runtime_handler: handler,
         resources: linux.resources.map(super::resources).unwrap_or_default(),
         overhead: linux.overhead.map(super::resources).unwrap_or_default(),
+        privileged: linux.security_context.is_some_and(|s| s.privileged),
     })
 }
 
