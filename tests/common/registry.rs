@@ -662,7 +662,45 @@ fn answer(mut s: std::net::TcpStream, route: fn(&str) -> Canned) {
     };
 }
 
-/// A second `docker-registry` serving the same storage as a plain one over TLS, with a
+/// `<name>.key` and `<name>.pem` in `dir`: a key and a certificate for `subject` with the
+/// extension `ext`, signed by the CA there (`ca.pem`, `ca.key`).
+fn signed_by_ca(dir: &Path, name: &str, subject: &str, ext: &str) {
+    let file = |suffix: &str| format!("{name}.{suffix}");
+    let (key, csr, pem, extfile) = (file("key"), file("csr"), file("pem"), file("ext"));
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
+        ],
+    );
+    std::fs::write(
+        dir.join(&extfile),
+        format!("{ext}\nbasicConstraints=CA:FALSE\n"),
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            &extfile,
+        ],
+    );
+}
+
+/// A second `docker-registry` serving the same storage/// A second `docker-registry` serving the same storage as a plain one over TLS, with a
 /// certificate (for 127.0.0.1) from a throwaway CA whose PEM is `ca`.
 pub struct TlsRegistry {
     pub addr: String,
@@ -709,74 +747,18 @@ impl TlsRegistry {
             "-subj",
             "/CN=crust-test-ca",
         ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
+        signed_by_ca(
+            dir.path(),
+            "server",
             "/CN=127.0.0.1",
-        ]);
-        std::fs::write(
-            dir.path().join("san.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
+            "subjectAltName=IP:127.0.0.1",
+        );
+        signed_by_ca(
+            dir.path(),
+            "client",
             "/CN=crust-node",
-        ]);
-        std::fs::write(
-            dir.path().join("client.ext"),
-            "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
-        )
-        .unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "client.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "client.ext",
-        ]);
+            "extendedKeyUsage=clientAuth",
+        );
         let addr = format!("127.0.0.1:{}", free_port());
         let client_cas = if mtls {
             format!(
