@@ -88,7 +88,7 @@ impl Default for Settings {
             idle_timeout: Duration::from_secs(4 * 3600),
             inbox_bytes: 256 * 1024,
             conn_inbox_bytes: CONN_INBOX_BYTES,
-            // One WINDOW_UPDATE per 512 KiB received instead of one per 32 KiB frame.
+            // One WINDOW_UPDATE per 512 KiB consumed instead of one per 32 KiB frame.
             recv_window: 1 << 20,
             max_data_frame: MAX_SEND_FRAME,
         }
@@ -658,7 +658,8 @@ impl Reader {
             // Nobody will read it: dropped, so consumed now.
             return self.write_updates(dropped()).await;
         };
-        let want = len.clamp(1, self.shared.settings.inbox_bytes);
+        let settings = &self.shared.settings;
+        let want = len.clamp(1, settings.inbox_bytes.min(settings.conn_inbox_bytes));
         let taken = tokio::select! {
             taken = take_credit(&credit, &self.shared.budget, want) => taken,
             () = self.shared.idle.expired() => return Err("idle timeout".to_owned()),
@@ -724,7 +725,8 @@ fn unpinned(payload: Bytes) -> Bytes {
 }
 
 /// The buffers the reader reads into, in turn. Received payloads are handed on as slices of
-/// them, so a buffer is free again only once its payloads have all been consumed; taking the
+/// them (but for small ones, copied: `unpinned`), so a buffer is free again only once its
+/// payloads have all been consumed; taking the
 /// next buffer back then (instead of allocating a fresh one per read, which the allocator maps
 /// and the kernel zeroes page by page) keeps a bulk transfer in the same few buffers.
 struct ReadBufs {
