@@ -389,3 +389,141 @@ async fn port_forward_throughput_100mib() {
         );
     }
 }
+
+/// The pod's sockets `sink_in_netns` accepted: held unread until the test drops them.
+static SINKS: std::sync::Mutex<Vec<TcpStream>> = std::sync::Mutex::new(Vec::new());
+
+/// A server inside the namespace pinned at `pin` that accepts connections and never reads
+/// them (kept in `SINKS`); answers its port. The namespace's TCP buffers are made small (64
+/// KiB at most, both ways), so that what the kernel holds for each connection (the daemon's
+/// send buffer, the server's receive buffer: up to 4 and 32 MiB by default) is little beside
+/// what the daemon might.
+fn sink_in_netns(pin: PathBuf) -> u16 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&pin).unwrap();
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        // Per network namespace: the daemon's sockets into the pod use these too.
+        for knob in ["tcp_wmem", "tcp_rmem"] {
+            let path = format!("/proc/sys/net/ipv4/{knob}");
+            std::fs::write(&path, "4096 16384 65536").unwrap();
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        tx.send(l.local_addr().unwrap().port()).unwrap();
+        for conn in l.incoming() {
+            let Ok(conn) = conn else { continue };
+            SINKS.lock().unwrap().push(conn);
+        }
+    });
+    rx.recv().unwrap()
+}
+
+/// A field of the daemon's /proc status, in kB.
+fn daemon_kb(d: &Daemon, field: &str) -> u64 {
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A client that ignores flow control (as Go's SPDY does) pushes 200 MiB, round-robin over 100
+/// streams of one connection, at a pod port that accepts and never reads: the daemon stops
+/// reading it once its per-connection budget is full, instead of buffering.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_port_that_never_reads_stops_the_client_instead_of_filling_the_daemon() {
+    use crust::stream::spdy::codec::Encoder;
+    use crust::stream::spdy::frame::{Data, Frame, SynStream};
+    const TOTAL: usize = 200 << 20;
+    const STREAMS: u32 = 100;
+    let d = Daemon::start();
+    let mut c = d.client().await;
+    let id = run_pod(&mut c, pod_config("pf-stuck")).await;
+    let (_, info) = status(&mut c, &id).await;
+    let pin = PathBuf::from(info["namespaces"]["net"].as_str().unwrap());
+    let (sink, echo) = (sink_in_netns(pin.clone()), echo_in_netns(pin));
+    let baseline = daemon_fds(&d);
+    let rss_before = daemon_kb(&d, "VmRSS:");
+
+    let url = port_forward_url(&mut c, &id).await;
+    let (status, tcp) = upgrade(&url, "portforward.k8s.io", "SPDY/3.1").await;
+    assert_eq!(status, 101);
+    let mut raw = tcp.into_std().unwrap();
+    raw.set_nonblocking(false).unwrap();
+    let sent = tokio::task::spawn_blocking(move || {
+        let mut enc = Encoder::new();
+        let mut wire = Vec::new();
+        for request in 0..STREAMS {
+            for (k, kind) in ["error", "data"].into_iter().enumerate() {
+                let sid = 1 + 4 * request + 2 * k as u32;
+                let syn = SynStream::new(sid, pf_headers(kind, sink, request));
+                enc.encode(&Frame::SynStream(syn), &mut wire).unwrap();
+            }
+        }
+        raw.write_all(&wire).unwrap();
+        // No window is honoured; nothing is read. Stopped: nothing taken for 3 s.
+        raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut sent = 0;
+        'flood: for round in 0.. {
+            for request in 0..STREAMS {
+                // 1-byte, 32 KiB (Go's) and 128 KiB (crust's) frames in turn.
+                let len = [1, 32 << 10, 128 << 10][(round + request as usize) % 3];
+                wire.clear();
+                let data = Data {
+                    stream_id: 3 + 4 * request,
+                    fin: false,
+                    payload: vec![request as u8; len].into(),
+                };
+                enc.encode(&Frame::Data(data), &mut wire).unwrap();
+                let mut at = 0;
+                while at < wire.len() {
+                    match raw.write(&wire[at..]) {
+                        Ok(n) => at += n,
+                        Err(_) => break 'flood,
+                    }
+                }
+                sent += len;
+                if sent >= TOTAL {
+                    break 'flood;
+                }
+            }
+        }
+        (raw, sent)
+    });
+    let (raw, sent) = sent.await.unwrap();
+    let (rss, peak) = (daemon_kb(&d, "VmRSS:"), daemon_kb(&d, "VmHWM:"));
+    println!(
+        "stuck pod port: client sent {} MiB of {} MiB; daemon RSS {} -> {} MiB, peak {} MiB",
+        sent >> 20,
+        TOTAL >> 20,
+        rss_before >> 10,
+        rss >> 10,
+        peak >> 10
+    );
+    assert!(sent < TOTAL, "the daemon took all {sent} bytes");
+    // About 7 MiB measured (the 4 MiB budget, 100 forwards' tasks and sockets); before the
+    // budget the same flood grew it by 36 MiB.
+    assert!(
+        peak < rss_before + 16 * 1024,
+        "daemon peak RSS {peak} kB, {rss_before} kB before"
+    );
+
+    // The pod's sockets close, so do the client's: the daemon lets go of everything.
+    SINKS.lock().unwrap().clear();
+    drop(raw);
+    assert_fds_back(&d, baseline);
+    let url = port_forward_url(&mut c, &id).await;
+    let (conn, _) = spdy_connect(&url, "portforward.k8s.io").await;
+    let _e = conn.open(pf_headers("error", echo, 0)).await.unwrap();
+    let data = conn.open(pf_headers("data", echo, 0)).await.unwrap();
+    let (mut rx, tx) = data.into_split();
+    let payload = vec![5u8; 1 << 20];
+    tx.send(&payload).await.unwrap();
+    tx.close().await.unwrap();
+    assert!(read_all(&mut rx).await == payload, "echo differs");
+    drop((rx, tx));
+    conn.close().await;
+    println!("after: daemon RSS {} MiB", daemon_kb(&d, "VmRSS:") >> 10);
+}

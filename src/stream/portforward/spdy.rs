@@ -20,8 +20,11 @@ use crate::stream::spdy::{Incoming, Stream};
 
 /// How long a request may wait for its second stream (kubelet's stream creation timeout).
 pub const PAIR_TIMEOUT: Duration = Duration::from_secs(30);
-/// At most this much received from the client goes into one write to the pod.
-const BATCH_BYTES: usize = 512 * 1024;
+/// At most this much received from the client goes into one write to the pod. Its credit
+/// goes back to the client only once that write is done (the next `recv_batch`), so this is
+/// half a stream's inbox (`spdy::Settings::inbox_bytes`, 256 KiB): the reader fills the other
+/// half while the pod takes this one.
+const BATCH_BYTES: usize = 128 * 1024;
 /// Pieces of a batch handed to one vectored write.
 const MAX_SLICES: usize = 64;
 /// One read of the pod's socket: what a busy pod has ready, sent on as few frames.

@@ -6,8 +6,13 @@
 //! - frames are written under one writer lock, and any state change that decides a frame's
 //!   content or order (a new stream id, a header block, a send window) happens under that
 //!   same lock, so frames reach the wire in the order the state saw them;
-//! - a stream's inbox holds at most `Settings::inbox_bytes` (plus one frame); past that the
-//!   reader waits, which stops reading the socket: backpressure instead of unbounded buffers;
+//! - received bytes are credit taken: from the stream's inbox (`Settings::inbox_bytes`), from
+//!   the connection's budget (`Settings::conn_inbox_bytes`) and from the peer's windows. The
+//!   reader takes it before it hands a payload on and waits while there is none, which stops
+//!   reading the socket: backpressure instead of unbounded buffers. A consumer gives it back
+//!   only when it asks for more (its previous bytes written on) or goes, never on taking them;
+//! - a payload held is never a small slice of a big read buffer (`unpinned`): what the budget
+//!   counts is what stays allocated, within a factor of `PIN_SHARE`;
 //! - when the connection ends (EOF, error, protocol error, idle timeout, `close`), every
 //!   stream sees it: receives end with an error and sends fail;
 //! - a stream handle dropped before both sides ended it resets the stream (CANCEL).
@@ -46,6 +51,17 @@ const SPLICE_BYTES: usize = 512 * 1024;
 /// Also the size of each of the reader's buffers: a frame left unfinished at a buffer's end
 /// is copied into the next, so these are several times `MAX_SEND_FRAME` (Go peers send 32 KiB).
 const READ_BUF: usize = 512 * 1024;
+/// A payload under `1 / PIN_SHARE` of a read buffer is copied out of it rather than sliced,
+/// so bytes left unconsumed pin at most `PIN_SHARE` times their size of read buffers (a
+/// 1-byte slice would keep all 512 KiB alive). Go peers' 32 KiB frames are copied; this end's
+/// 128 KiB ones are not.
+const PIN_SHARE: usize = 8;
+/// Received bytes one connection holds for its consumers before it stops reading the socket.
+/// A stream's inbox is 256 KiB and a connection may have 256 streams: without this, a client
+/// forwarding to pod ports that never read parks 64 MiB per connection. 4 MiB is 16 inboxes,
+/// more than a few busy streams use at full rate, and bounds what a connection pins (at most
+/// `PIN_SHARE` times it in read buffers).
+pub const CONN_INBOX_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -56,6 +72,8 @@ pub struct Settings {
     pub idle_timeout: Duration,
     /// Received bytes a stream buffers before the connection stops reading.
     pub inbox_bytes: usize,
+    /// Received bytes all streams together buffer before the connection stops reading.
+    pub conn_inbox_bytes: usize,
     /// The receive window advertised to the peer, for the connection and each stream.
     pub recv_window: u32,
     /// The largest DATA frame written.
@@ -69,7 +87,8 @@ impl Default for Settings {
             max_streams: 256,
             idle_timeout: Duration::from_secs(4 * 3600),
             inbox_bytes: 256 * 1024,
-            // One WINDOW_UPDATE per 512 KiB received instead of one per 32 KiB frame.
+            conn_inbox_bytes: CONN_INBOX_BYTES,
+            // One WINDOW_UPDATE per 512 KiB consumed instead of one per 32 KiB frame.
             recv_window: 1 << 20,
             max_data_frame: MAX_SEND_FRAME,
         }
@@ -243,6 +262,8 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
+    /// Credit of the connection's budget of received bytes not yet consumed.
+    budget: Semaphore,
     writer: tokio::sync::Mutex<Writer>,
     /// Send windows opened, or the connection ended.
     window: Notify,
@@ -292,6 +313,33 @@ impl Shared {
         r
     }
 
+    /// Gives back the credit of `bytes` received on stream `id` (`permits` of its inbox and of
+    /// the budget): consumed, or dropped unread. The WINDOW_UPDATEs due go out on a task of
+    /// their own, so that a consumer never waits on the writer for them.
+    fn consumed(
+        self: &Arc<Self>,
+        id: StreamId,
+        inbox: Option<&Semaphore>,
+        permits: usize,
+        bytes: usize,
+    ) {
+        if let Some(inbox) = inbox {
+            inbox.add_permits(permits);
+        }
+        self.budget.add_permits(permits);
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let frames = self.state().proto.consumed(id, bytes);
+        if frames.is_empty() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let shared = self.clone();
+            rt.spawn(async move {
+                let _ = shared.write(&frames).await;
+            });
+        }
+    }
+
     fn mark_closed(&self) {
         self.closed.store(true, Ordering::Release);
         let tables = std::mem::take(&mut self.state().tables);
@@ -299,6 +347,7 @@ impl Shared {
             inbox.credit.close();
         }
         drop(tables);
+        self.budget.close();
         self.window.notify_waiters();
         self.closed_notify.notify_waiters();
     }
@@ -369,6 +418,7 @@ fn start_on(
             proto: Conn::new(role, settings.max_streams),
             tables: Tables::default(),
         }),
+        budget: Semaphore::new(settings.conn_inbox_bytes),
         writer: tokio::sync::Mutex::new(Writer {
             io: wr,
             enc: Encoder::new(),
@@ -507,6 +557,7 @@ impl Reader {
     /// Handles every whole frame in `buf`.
     async fn drain(&mut self, buf: &mut BytesMut) -> Result<(), String> {
         loop {
+            self.shared.check_open().map_err(|e| e.to_string())?;
             let frame = match self.dec.decode(buf) {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -523,7 +574,7 @@ impl Reader {
                     .await
                     .map_err(|e| format!("writing: {e}"))?;
             }
-            self.dispatch(outcome.event).await;
+            self.dispatch(outcome.event).await?;
         }
     }
 
@@ -538,7 +589,7 @@ impl Reader {
         why
     }
 
-    async fn dispatch(&mut self, event: Event) {
+    async fn dispatch(&mut self, event: Event) -> Result<(), String> {
         match event {
             Event::Opened {
                 stream_id,
@@ -559,7 +610,7 @@ impl Reader {
                 payload,
                 fin,
             } => {
-                self.deliver(stream_id, payload).await;
+                self.deliver(stream_id, payload).await?;
                 if fin {
                     deliver_now(&self.shared.state().tables, stream_id, Inbound::Fin);
                 }
@@ -578,6 +629,7 @@ impl Reader {
             Event::WindowOpened => self.shared.window.notify_waiters(),
             Event::None | Event::Pong { .. } | Event::GoAway { .. } => {}
         }
+        Ok(())
     }
 
     async fn opened(&mut self, id: StreamId, headers: HeaderBlock, fin: bool) {
@@ -590,26 +642,91 @@ impl Reader {
         let _ = self.incoming.send(stream).await;
     }
 
-    /// Hands `payload` to its stream, waiting while the stream's inbox is full.
-    async fn deliver(&self, id: StreamId, payload: Bytes) {
-        let (tx, credit) = {
+    /// Hands `payload` to its stream, waiting while the stream's inbox or the connection's
+    /// budget is full. Err when the connection went idle meanwhile.
+    async fn deliver(&self, id: StreamId, payload: Bytes) -> Result<(), String> {
+        let len = payload.len();
+        let found = {
             let st = self.shared.state();
-            match st.tables.inboxes.get(&id) {
-                Some(i) => (i.tx.clone(), i.credit.clone()),
-                None => return,
+            st.tables
+                .inboxes
+                .get(&id)
+                .map(|i| (i.tx.clone(), i.credit.clone()))
+        };
+        let dropped = || self.shared.state().proto.consumed(id, len as u32);
+        let Some((tx, credit)) = found else {
+            // Nobody will read it: dropped, so consumed now.
+            return self.write_updates(dropped()).await;
+        };
+        let settings = &self.shared.settings;
+        let want = len.clamp(1, settings.inbox_bytes.min(settings.conn_inbox_bytes));
+        let taken = tokio::select! {
+            taken = take_credit(&credit, &self.shared.budget, want) => taken,
+            () = self.shared.idle.expired() => return Err("idle timeout".to_owned()),
+        };
+        match taken {
+            Taken::None => self.write_updates(dropped()).await,
+            Taken::Stream => Ok(()), // the connection closed
+            Taken::Both => {
+                if tx
+                    .send(Inbound::Data(unpinned(payload), want as u32))
+                    .is_err()
+                {
+                    // The stream's reader went meanwhile.
+                    self.shared.consumed(id, Some(&credit), want, len);
+                }
+                Ok(())
             }
-        };
-        let want = payload.len().clamp(1, self.shared.settings.inbox_bytes) as u32;
-        let Ok(permits) = credit.acquire_many_owned(want).await else {
-            return; // the stream's reader is gone
-        };
-        permits.forget();
-        let _ = tx.send(Inbound::Data(payload, want));
+        }
+    }
+
+    async fn write_updates(&self, frames: Vec<Frame>) -> Result<(), String> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .write(&frames)
+            .await
+            .map_err(|e| format!("writing: {e}"))
+    }
+}
+
+/// Which credit `take_credit` got.
+#[derive(Debug, PartialEq, Eq)]
+enum Taken {
+    /// Neither: the stream's reader is gone.
+    None,
+    /// The stream's only: the connection closed while waiting for the budget.
+    Stream,
+    Both,
+}
+
+/// Takes `want` permits of a stream's inbox, then as many of the connection's budget.
+async fn take_credit(inbox: &Semaphore, budget: &Semaphore, want: usize) -> Taken {
+    let Ok(permits) = inbox.acquire_many(want as u32).await else {
+        return Taken::None;
+    };
+    permits.forget();
+    let Ok(permits) = budget.acquire_many(want as u32).await else {
+        return Taken::Stream;
+    };
+    permits.forget();
+    Taken::Both
+}
+
+/// `payload`, copied out of the read buffer it slices when it is small beside it: held in an
+/// inbox, a slice keeps its whole buffer alive.
+fn unpinned(payload: Bytes) -> Bytes {
+    if payload.len() < READ_BUF / PIN_SHARE {
+        Bytes::copy_from_slice(&payload)
+    } else {
+        payload
     }
 }
 
 /// The buffers the reader reads into, in turn. Received payloads are handed on as slices of
-/// them, so a buffer is free again only once its payloads have all been consumed; taking the
+/// them (but for small ones, copied: `unpinned`), so a buffer is free again only once its
+/// payloads have all been consumed; taking the
 /// next buffer back then (instead of allocating a fresh one per read, which the allocator maps
 /// and the kernel zeroes page by page) keeps a bulk transfer in the same few buffers.
 struct ReadBufs {
@@ -710,9 +827,12 @@ impl Stream {
         Stream {
             headers,
             recv: RecvHalf {
+                id,
+                shared: shared.clone(),
                 inbox,
                 credit,
                 held: None,
+                taken: Owed::default(),
                 _guard: guard.clone(),
             },
             send: SendHalf {
@@ -746,24 +866,46 @@ impl Stream {
 }
 
 pub struct RecvHalf {
+    id: StreamId,
+    shared: Arc<Shared>,
     inbox: mpsc::UnboundedReceiver<Inbound>,
     credit: Arc<Semaphore>,
     /// A FIN or reset `recv_batch` took after data: the next receive answers it.
     held: Option<Inbound>,
+    /// The credit of what the last receive handed out, given back by the next one.
+    taken: Owed,
     _guard: Arc<Guard>,
+}
+
+/// Credit of bytes handed to a consumer and not yet given back.
+#[derive(Debug, Default, Clone, Copy)]
+struct Owed {
+    /// Of the stream's inbox and of the connection's budget.
+    permits: usize,
+    /// Of the peer's windows.
+    bytes: usize,
+}
+
+impl Owed {
+    fn add(&mut self, payload: &Bytes, permits: u32) {
+        self.permits += permits as usize;
+        self.bytes += payload.len();
+    }
 }
 
 impl RecvHalf {
     /// The next bytes from the peer; None once it ended its side. An error when the stream
-    /// was reset or the connection ended.
+    /// was reset or the connection ended. Asking for more says that the bytes received before
+    /// are consumed: their credit goes back to the peer now, not when they were taken.
     pub async fn recv(&mut self) -> io::Result<Option<Bytes>> {
+        self.give_back();
         let next = match self.held.take() {
             Some(held) => Some(held),
             None => self.inbox.recv().await,
         };
         match next {
             Some(Inbound::Data(b, permits)) => {
-                self.credit.add_permits(permits as usize);
+                self.taken.add(&b, permits);
                 Ok(Some(b))
             }
             Some(Inbound::Fin) => Ok(None),
@@ -780,7 +922,8 @@ impl RecvHalf {
 
     /// Waits like `recv`, then also takes what else has already arrived, up to about
     /// `max_bytes` in all, appending each piece to `out`: one write of all of them instead of
-    /// one per frame. Ok(false) once the peer ended its side (nothing appended then).
+    /// one per frame. Ok(false) once the peer ended its side (nothing appended then). The
+    /// batch's credit goes back with the next call.
     pub async fn recv_batch(&mut self, out: &mut Vec<Bytes>, max_bytes: usize) -> io::Result<bool> {
         let Some(first) = self.recv().await? else {
             return Ok(false);
@@ -790,7 +933,7 @@ impl RecvHalf {
         while taken < max_bytes {
             match self.inbox.try_recv() {
                 Ok(Inbound::Data(b, permits)) => {
-                    self.credit.add_permits(permits as usize);
+                    self.taken.add(&b, permits);
                     taken += b.len();
                     out.push(b);
                 }
@@ -803,12 +946,28 @@ impl RecvHalf {
         }
         Ok(true)
     }
+
+    /// Gives back the credit of what was last handed out.
+    fn give_back(&mut self) {
+        let Owed { permits, bytes } = std::mem::take(&mut self.taken);
+        if permits > 0 {
+            self.shared
+                .consumed(self.id, Some(&self.credit), permits, bytes);
+        }
+    }
 }
 
 impl Drop for RecvHalf {
     fn drop(&mut self) {
         // Whatever arrives from now on has no reader: the connection must not wait for one.
         self.credit.close();
+        self.inbox.close();
+        while let Ok(msg) = self.inbox.try_recv() {
+            if let Inbound::Data(b, permits) = msg {
+                self.taken.add(&b, permits);
+            }
+        }
+        self.give_back();
     }
 }
 

@@ -3,9 +3,14 @@ use super::*;
 /// A client and a server connection joined by an in-memory pipe of `pipe` bytes (small, so
 /// frames arrive in pieces and the reader's buffers fill and turn over).
 fn pair(pipe: usize) -> (Connection, Incoming) {
+    pair_with(pipe, Settings::default())
+}
+
+/// Like `pair`, the server end with `server` settings.
+fn pair_with(pipe: usize, server: Settings) -> (Connection, Incoming) {
     let (a, b) = tokio::io::duplex(pipe);
     let (client, _, _) = start(a, Role::Client, Settings::default());
-    let (_, incoming, _) = start(b, Role::Server, Settings::default());
+    let (_, incoming, _) = start(b, Role::Server, server);
     (client, incoming)
 }
 
@@ -167,4 +172,66 @@ async fn a_frame_cut_short_leaves_the_connection_unusable() {
     assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
     let ping = Frame::Ping(super::super::frame::Ping { id: 1 });
     assert!(w.write(&[ping]).await.is_err());
+}
+
+#[tokio::test]
+async fn credit_goes_back_when_the_consumer_asks_for_more_not_when_it_takes_the_bytes() {
+    // The server advertises the 64 KiB default window; this end's client honours it.
+    let server = Settings {
+        recv_window: super::super::proto::DEFAULT_WINDOW,
+        ..Settings::default()
+    };
+    let (client, mut incoming) = pair_with(1 << 20, server);
+    let (tx, mut rx) = open(&client, &mut incoming).await;
+    let id = tx.id();
+    let window = 64 * 1024;
+    tx.send(&pattern(window)).await.unwrap();
+    let got = rx.recv().await.unwrap().unwrap();
+    assert_eq!(got.len(), window);
+
+    // Taken, not consumed: the inbox, the connection's budget and the peer's window still
+    // count the bytes, and the client may send nothing more.
+    assert_eq!(rx.credit.available_permits(), server.inbox_bytes - window);
+    assert_eq!(
+        rx.shared.budget.available_permits(),
+        server.conn_inbox_bytes - window
+    );
+    assert_eq!(rx.shared.state().proto.recv_window_of(id), Some(0));
+    assert_eq!(client.shared.state().proto.take_send_window(id, 1), Ok(0));
+    let more = tokio::spawn(async move {
+        tx.send(b"!").await.unwrap();
+        tx
+    });
+
+    // Asking for more gives the credit back: the client's byte comes through.
+    let next = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert_eq!(
+        &next.expect("no credit came back").unwrap().unwrap()[..],
+        b"!"
+    );
+    let window_left = rx.shared.state().proto.recv_window_of(id).unwrap();
+    assert_eq!(window_left, window as i64 - 1);
+    assert_eq!(rx.credit.available_permits(), server.inbox_bytes - 1);
+    let _tx = more.await.unwrap();
+}
+
+#[tokio::test]
+async fn small_payloads_are_copied_out_of_the_read_buffer_and_big_ones_are_not() {
+    let (client, mut incoming) = pair(1 << 20);
+    let (tx, mut rx) = open(&client, &mut incoming).await;
+    let big = pattern(READ_BUF / PIN_SHARE);
+    sent_and_ended(&tx, &[b"x", &big, b"y"]).await;
+    let mut kept = Vec::new();
+    while let Some(b) = rx.recv().await.unwrap() {
+        kept.push(b);
+    }
+    assert_eq!(kept.len(), 3);
+    // A copy owns its memory alone; a slice shares the reader's buffer.
+    assert!(
+        kept[0].is_unique() && kept[2].is_unique(),
+        "small payloads pin a read buffer"
+    );
+    assert_eq!((&kept[0][..], &kept[2][..]), (&b"x"[..], &b"y"[..]));
+    assert!(!kept[1].is_unique(), "a big payload was copied");
+    assert!(kept[1] == big);
 }

@@ -10,18 +10,23 @@
 //! - after a GOAWAY is sent no new peer stream is accepted; after one is received none is
 //!   opened.
 //!
-//! Flow control, and why it is one-sided: Go's SPDY implementation (moby/spdystream, used by
-//! kubectl, crictl, kubelet and the API server) neither sends WINDOW_UPDATE nor honours ours.
-//! So this end advertises and replenishes its receive windows (a conforming peer needs them)
-//! but does not police the peer's sends: memory is bounded by backpressure instead (the
-//! connection stops reading while a stream's consumer is behind). Send windows are enforced
-//! only once the peer shows it does flow control, by a SETTINGS INITIAL_WINDOW_SIZE or a
-//! WINDOW_UPDATE; until then waiting for updates that never come would stall every transfer
-//! at 64 KiB.
+//! Flow control, and why it is mostly one-sided: Go's SPDY implementation (moby/spdystream,
+//! used by kubectl, crictl, kubelet and the API server) neither sends WINDOW_UPDATE nor honours
+//! ours. So this end advertises and replenishes its receive windows (a conforming peer needs
+//! them) but polices the peer's sends only once the peer shows it does flow control, by a
+//! SETTINGS INITIAL_WINDOW_SIZE or a WINDOW_UPDATE: such a peer sending past a stream's window
+//! has that stream reset (FLOW_CONTROL_ERROR). For the others memory is bounded by
+//! backpressure instead (the connection stops reading while its consumers are behind). Send
+//! windows are enforced on the same sign; until then waiting for updates that never come
+//! would stall every transfer at 64 KiB.
+//!
+//! Receive windows are replenished as the application consumes what arrived (`consumed`),
+//! never on arrival: a consumer that cannot write its data on (a pod socket nobody reads)
+//! stops a conforming peer within one window instead of making this end buffer for it.
 //!
 //! The receive window this end advertises (`advertise_recv_window`, sent first on every
 //! connection) is larger than the 64 KiB default: a WINDOW_UPDATE goes out each time half of
-//! it has arrived, so a bigger window means fewer of those writes per byte moved and a
+//! it has been consumed, so a bigger window means fewer of those writes per byte moved and a
 //! conforming peer that never waits on one.
 
 use std::collections::HashMap;
@@ -135,7 +140,9 @@ struct StreamState {
     /// A SYN_REPLY went (for peer streams) or came (for ours).
     replied: bool,
     send_window: i64,
-    /// Bytes received since the last WINDOW_UPDATE for this stream.
+    /// What the peer may still send before a WINDOW_UPDATE: below zero it ignored the window.
+    recv_window: i64,
+    /// Bytes consumed since the last WINDOW_UPDATE for this stream.
     recv_unacked: u32,
 }
 
@@ -149,9 +156,11 @@ pub struct Conn {
     next_ping: u32,
     goaway_sent: bool,
     goaway_received: bool,
+    /// The peer showed it does flow control: its windows bind this end, and ours bind it.
     enforce_send_windows: bool,
     initial_send_window: i64,
     conn_send_window: i64,
+    /// Bytes consumed (or dropped) since the last WINDOW_UPDATE for the connection.
     conn_recv_unacked: u32,
     /// The receive window advertised for the connection and every stream.
     recv_window: u32,
@@ -181,6 +190,11 @@ impl Conn {
     /// and the WINDOW_UPDATE that grows the connection's (SPDY/3.1 has no setting for it).
     pub fn advertise_recv_window(&mut self, window: u32) -> Vec<Frame> {
         let window = window.clamp(DEFAULT_WINDOW, MAX_WINDOW as u32);
+        // Streams opened before this goes out get the new size too, as the peer applies it.
+        let delta = i64::from(window) - i64::from(self.recv_window);
+        for s in self.streams.values_mut() {
+            s.recv_window += delta;
+        }
         self.recv_window = window;
         let mut frames = vec![Frame::Settings(Settings {
             clear: false,
@@ -253,6 +267,7 @@ impl Conn {
                 remote_open: !f.fin,
                 replied: false,
                 send_window: self.initial_send_window,
+                recv_window: i64::from(self.recv_window),
                 recv_unacked: 0,
             },
         );
@@ -288,38 +303,22 @@ impl Conn {
     fn recv_data(&mut self, f: Data) -> Outcome {
         let id = f.stream_id;
         let len = f.payload.len() as u32;
-        let mut replies = Vec::new();
-        // The connection window counts every DATA frame, even one for a stream now gone.
-        self.conn_recv_unacked += len;
-        if self.conn_recv_unacked >= self.recv_window / 2 {
-            replies.push(window_update(0, self.conn_recv_unacked));
-            self.conn_recv_unacked = 0;
-        }
         let Some(s) = self.streams.get_mut(&id) else {
-            // A stream already reset or finished here: the peer's frames were in flight.
+            // A stream already reset or finished here (the peer's frames were in flight): its
+            // bytes are dropped, which consumes them.
             return Outcome {
                 event: Event::None,
-                replies,
+                replies: self.consumed(id, len),
             };
         };
         if !s.remote_open {
             self.streams.remove(&id);
-            replies.push(Frame::RstStream(RstStream::new(
-                id,
-                RstStatus::StreamAlreadyClosed,
-            )));
-            return Outcome {
-                event: Event::Reset {
-                    stream_id: id,
-                    status: RstStatus::StreamAlreadyClosed,
-                },
-                replies,
-            };
+            return self.reset_on_recv(id, len, RstStatus::StreamAlreadyClosed);
         }
-        s.recv_unacked += len;
-        if s.recv_unacked >= self.recv_window / 2 && !f.fin {
-            replies.push(window_update(id, s.recv_unacked));
-            s.recv_unacked = 0;
+        s.recv_window -= i64::from(len);
+        if s.recv_window < 0 && self.enforce_send_windows {
+            self.streams.remove(&id);
+            return self.reset_on_recv(id, len, RstStatus::FlowControlError);
         }
         if f.fin {
             s.remote_open = false;
@@ -334,7 +333,46 @@ impl Conn {
             }
         };
         self.forget_if_done(id);
-        Outcome { event, replies }
+        Outcome {
+            event,
+            replies: Vec::new(),
+        }
+    }
+
+    /// Resets stream `id` (already out of the table) over a DATA frame of `len` bytes, which
+    /// is dropped.
+    fn reset_on_recv(&mut self, id: StreamId, len: u32, status: RstStatus) -> Outcome {
+        let mut replies = self.consumed(id, len);
+        replies.push(Frame::RstStream(RstStream::new(id, status)));
+        Outcome {
+            event: Event::Reset {
+                stream_id: id,
+                status,
+            },
+            replies,
+        }
+    }
+
+    /// The application consumed `n` received bytes of stream `id` (wrote them on, or dropped
+    /// them): the WINDOW_UPDATEs that give the peer its credit back, once half a window is due.
+    pub fn consumed(&mut self, id: StreamId, n: u32) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        let half = self.recv_window / 2;
+        self.conn_recv_unacked = self.conn_recv_unacked.saturating_add(n);
+        if self.conn_recv_unacked >= half {
+            frames.push(window_update(0, self.conn_recv_unacked));
+            self.conn_recv_unacked = 0;
+        }
+        // A stream the peer has ended needs no more credit.
+        if let Some(s) = self.streams.get_mut(&id).filter(|s| s.remote_open) {
+            s.recv_unacked = s.recv_unacked.saturating_add(n);
+            if s.recv_unacked >= half {
+                frames.push(window_update(id, s.recv_unacked));
+                s.recv_window += i64::from(s.recv_unacked);
+                s.recv_unacked = 0;
+            }
+        }
+        frames
     }
 
     fn recv_headers(&mut self, f: Headers) -> Outcome {
@@ -412,6 +450,7 @@ impl Conn {
                 remote_open: true,
                 replied: false,
                 send_window: self.initial_send_window,
+                recv_window: i64::from(self.recv_window),
                 recv_unacked: 0,
             },
         );
@@ -488,6 +527,12 @@ impl Conn {
             last_good_stream_id: self.last_peer_stream,
             status,
         })
+    }
+
+    /// What the peer may still send on stream `id` before this end gives credit back.
+    #[cfg(test)]
+    pub fn recv_window_of(&self, id: StreamId) -> Option<i64> {
+        self.streams.get(&id).map(|s| s.recv_window)
     }
 
     fn forget_if_done(&mut self, id: StreamId) {

@@ -110,19 +110,50 @@ fn data_after_fin_resets_and_unknown_streams_are_ignored() {
 }
 
 #[test]
-fn receive_windows_are_replenished() {
+fn receive_windows_are_replenished_when_consumed_not_when_received() {
     let mut c = Conn::new(Role::Server, 10);
     c.recv(syn(1, false)).unwrap();
     let o = c.recv(data(1, 40_000, false)).unwrap();
-    let updates: Vec<_> = o
-        .replies
-        .iter()
-        .filter_map(|f| match f {
-            Frame::WindowUpdate(w) => Some((w.stream_id, w.delta)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(updates, vec![(0, 40_000), (1, 40_000)]);
+    assert!(o.replies.is_empty(), "credit before consumption: {o:?}");
+    assert_eq!(
+        c.consumed(1, 40_000),
+        vec![window_update(0, 40_000), window_update(1, 40_000)]
+    );
+    // Bytes for a stream gone here are dropped at once: only the connection gets them back.
+    let o = c.recv(data(9, 40_000, false)).unwrap();
+    assert_eq!(o.replies, vec![window_update(0, 40_000)]);
+}
+
+#[test]
+fn a_peer_doing_flow_control_that_overruns_a_window_has_the_stream_reset() {
+    let mut c = Conn::new(Role::Server, 10);
+    c.recv(syn(1, false)).unwrap();
+    c.recv(syn(3, false)).unwrap();
+    // A peer that never showed flow control (Go's) is not policed: backpressure bounds it.
+    assert!(c.recv(data(1, 100_000, false)).unwrap().replies.is_empty());
+    c.recv(Frame::WindowUpdate(WindowUpdate {
+        stream_id: 0,
+        delta: 1000,
+    }))
+    .unwrap();
+    // One that did may fill the 64 KiB window, not go past it.
+    assert!(c.recv(data(3, 65_536, false)).unwrap().replies.is_empty());
+    let o = c.recv(data(3, 1, false)).unwrap();
+    assert_eq!(
+        o.event,
+        Event::Reset {
+            stream_id: 3,
+            status: RstStatus::FlowControlError
+        }
+    );
+    assert_eq!(
+        o.replies,
+        vec![Frame::RstStream(RstStream::new(
+            3,
+            RstStatus::FlowControlError
+        ))]
+    );
+    assert_eq!(c.open_streams(), 1);
 }
 
 #[test]
@@ -226,8 +257,8 @@ fn an_advertised_window_is_replenished_at_its_half() {
     assert_eq!(settings, Some(1 << 20));
     assert_eq!(frames[1], window_update(0, (1 << 20) - DEFAULT_WINDOW));
     c.recv(syn(1, false)).unwrap();
-    // 32 KiB frames: no update until half the window (512 KiB) has come, then one each.
-    for _ in 0..15 {
+    // 32 KiB frames: no update until half the window (512 KiB) is consumed, then one each.
+    for _ in 0..16 {
         assert!(
             c.recv(data(1, 32 * 1024, false))
                 .unwrap()
@@ -235,9 +266,11 @@ fn an_advertised_window_is_replenished_at_its_half() {
                 .is_empty()
         );
     }
-    let o = c.recv(data(1, 32 * 1024, false)).unwrap();
+    for _ in 0..15 {
+        assert!(c.consumed(1, 32 * 1024).is_empty());
+    }
     assert_eq!(
-        o.replies,
+        c.consumed(1, 32 * 1024),
         vec![window_update(0, 512 * 1024), window_update(1, 512 * 1024)]
     );
 }
