@@ -170,8 +170,8 @@ fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Config { command } => config_command(command)?,
         Command::Check(args) => {
-            let config = load(args)?;
-            let problems = crust::check::run(&config);
+            let loaded = load_layers(args)?;
+            let problems = crust::check::run(&loaded);
             if !problems.is_empty() {
                 anyhow::bail!("{} problem(s) found", problems.len());
             }

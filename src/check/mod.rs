@@ -6,6 +6,7 @@ mod containers;
 mod devices;
 mod kubelet;
 mod runtimes;
+mod secrets;
 
 use std::path::Path;
 
@@ -30,7 +31,8 @@ impl From<Result<String, String>> for Finding {
 }
 
 /// Runs every check, prints the results, and returns the failures.
-pub fn run(config: &Config) -> Vec<String> {
+pub fn run(loaded: &crate::config::layers::Loaded) -> Vec<String> {
+    let config = &loaded.config;
     let mut checks: Vec<(&str, Finding)> = vec![
         ("root", root().into()),
         ("namespaces", namespaces().into()),
@@ -49,6 +51,7 @@ pub fn run(config: &Config) -> Vec<String> {
         ("cdi", devices::cdi(&config.cdi_spec_dirs)),
         ("storage", storage(config).into()),
         ("mirrors", mirrors(config).into()),
+        ("secrets", secrets::secrets(loaded)),
         ("leftovers", leftovers(&config.root)),
         ("kubelet", kubelet::statistics(&config.listen)),
         ("criu", runtimes::criu(config)),
