@@ -866,3 +866,62 @@ async fn a_checkpoint_image_in_a_registry_restores_as_its_archive_does() {
     remove_pod(&mut e.c, &copy.0).await;
     e.remove_pod_leaving_nothing(&pod.0).await;
 }
+
+/// `[checkpoint] restore`: a node whose tenants may not carry a checkpoint's privileges into a
+/// new container keeps checkpoints (kubelet's forensic checkpointing) and refuses restores, or
+/// refuses both; each refusal is FailedPrecondition naming the setting, and leaves nothing.
+#[tokio::test]
+async fn a_node_can_keep_checkpoints_and_refuse_restores_or_refuse_both() {
+    let criu = tools::criu();
+    let toml = format!(
+        "criu_path = {:?}\n[checkpoint]\nrestore = \"checkpoint-only\"\n",
+        criu.display().to_string()
+    );
+    let mut e = Env::start_with(|d| d.drop_in("50-criu.toml", &toml)).await;
+    let pod = e.pod("policy").await;
+    let id = e.run(&pod, e.config("app", &["sleep", "3600"])).await;
+    let archive = exports(&e).join("app.tar");
+    checkpoint_to(&mut e, &id, &archive).await;
+    assert!(archive.is_file(), "checkpoint-only still checkpoints");
+    let before = Daemon::entries(&e.d.root.join("containers"));
+    let err = e
+        .create(&pod, from_archive(&e, "restored", &archive))
+        .await
+        .expect_err("a restore under checkpoint-only");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message()
+            .contains("restoring a checkpoint is disabled on this node ([checkpoint] restore = \"checkpoint-only\")"),
+        "{err:?}"
+    );
+    assert_eq!(e.listed().await.len(), 1, "the refused restore is listed");
+    assert_eq!(Daemon::entries(&e.d.root.join("containers")), before);
+
+    let toml = format!(
+        "criu_path = {:?}\n[checkpoint]\nrestore = \"disabled\"\n",
+        criu.display().to_string()
+    );
+    e.d.drop_in("50-criu.toml", &toml);
+    // Not a live key: a restart takes it (the running container is adopted).
+    e.d.kill9();
+    e.relaunch().await;
+    let err =
+        e.c.checkpoint_container(pb::CheckpointContainerRequest {
+            container_id: id.clone(),
+            location: exports(&e).join("again.tar").display().to_string(),
+            timeout: 0,
+        })
+        .await
+        .expect_err("a checkpoint under disabled");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("checkpointing is disabled"),
+        "{err:?}"
+    );
+    assert!(!exports(&e).join("again.tar").exists());
+    assert_eq!(
+        e.status(&id).await.state,
+        pb::ContainerState::ContainerRunning as i32
+    );
+    e.remove_pod_leaving_nothing(&pod.0).await;
+}

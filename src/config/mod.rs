@@ -63,6 +63,27 @@ pub enum ImageVolumes {
     Ignore,
 }
 
+/// What a node lets pod authors do with checkpoints (CRI-O's `enable_criu_support` and its
+/// checkpoint-only mode): a restore recreates processes with whatever the checkpoint held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestorePolicy {
+    /// CheckpointContainer and restores (CreateContainer of a checkpoint) both work.
+    #[default]
+    Enabled,
+    /// Checkpoints are made (kubelet's forensic checkpointing); restores are refused.
+    CheckpointOnly,
+    /// Both are refused.
+    Disabled,
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    pub restore: RestorePolicy,
+}
+
 /// The default configuration with a comment per key, as `crust config default` prints it.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -121,6 +142,7 @@ pub struct Config {
     pub stream: StreamConfig,
     pub metrics: MetricsConfig,
     pub nri: NriConfig,
+    pub checkpoint: CheckpointConfig,
 }
 
 /// NRI (Node Resource Interface) plugins, as containerd 2.x hosts them: on by default.
@@ -501,6 +523,7 @@ impl Default for Config {
             stream: StreamConfig::default(),
             metrics: MetricsConfig::default(),
             nri: NriConfig::default(),
+            checkpoint: CheckpointConfig::default(),
         }
     }
 }

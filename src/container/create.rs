@@ -423,6 +423,12 @@ impl Containers {
                 Ok(None) | Err(_) => return Ok(None),
             }
         };
+        self.ctx
+            .allows(
+                super::checkpoint::Checkpointing::Restore,
+                &format!("container {}", record.id),
+            )
+            .map_err(|e| ("restore the checkpoint", e.into()))?;
         if let Some(rt) = &record.runtime {
             let e = CheckpointError::Unsupported {
                 id: record.id.clone(),

@@ -213,6 +213,8 @@ pub struct ContainerContext {
     pub runtime_features: BTreeMap<String, crate::monitor::oci_cli::RuntimeFeatures>,
     /// The CRIU binary checkpoints use (`criu_path`); `None`: the `criu` on PATH.
     pub criu_path: Option<PathBuf>,
+    /// Whether checkpoints and restores are allowed (`[checkpoint] restore`).
+    pub restore_policy: crate::config::RestorePolicy,
     /// That binary once it passed its checks (`ContainerContext::criu`).
     criu: tokio::sync::OnceCell<crate::criu::Criu>,
 }
@@ -241,6 +243,7 @@ impl ContainerContext {
             runtimes: BTreeMap::new(),
             runtime_features: BTreeMap::new(),
             criu_path: None,
+            restore_policy: Default::default(),
             criu: tokio::sync::OnceCell::new(),
         }
     }

@@ -114,7 +114,9 @@ fn checkpoint_code(e: &CheckpointError) -> Code {
         | CheckpointError::NotACheckpoint { .. }
         | CheckpointError::MissingMount { .. } => Code::InvalidArgument,
         CheckpointError::Io { source, .. } => io_code(source),
-        CheckpointError::Criu(_) | CheckpointError::Unsupported { .. } => Code::FailedPrecondition,
+        CheckpointError::Criu(_)
+        | CheckpointError::Unsupported { .. }
+        | CheckpointError::NotAllowed { .. } => Code::FailedPrecondition,
     }
 }
 

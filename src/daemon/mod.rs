@@ -216,6 +216,7 @@ async fn start_containers(
     ctx.hooks_dirs = config.hooks_dir.clone();
     ctx.image_volumes = config.image_volumes;
     ctx.criu_path = Some(config.criu_path.clone()).filter(|p| !p.as_os_str().is_empty());
+    ctx.restore_policy = config.checkpoint.restore;
     ctx.host.default_ulimits = crate::config::Ulimit::all(config);
     ctx.runtimes = config.oci_runtimes();
     let runtimes = ctx.runtimes.clone();

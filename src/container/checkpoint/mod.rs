@@ -58,6 +58,14 @@ pub enum CheckpointError {
         destination: String,
         host: String,
     },
+    /// The node's `[checkpoint] restore` setting forbids what was asked.
+    #[error("{subject}: {what} is disabled on this node ([checkpoint] restore = {policy:?})")]
+    NotAllowed {
+        /// `container <id>`, `pod <id>`, `pod checkpoint <path>`.
+        subject: String,
+        what: &'static str,
+        policy: &'static str,
+    },
     #[error("container {id}: checkpoint: {step} {path}: {source}")]
     Io {
         id: String,
@@ -96,6 +104,8 @@ impl Containers {
         let (me, id) = (self.clone(), id.to_owned());
         detached(async move {
             let held = me.hold_existing(&id).await?;
+            me.ctx
+                .allows(Checkpointing::Make, &format!("container {}", held.id))?;
             let record = held.entry.snapshot();
             let pid = match (record.phase, record.pid) {
                 (Phase::Running, Some(pid)) => pid,
@@ -117,7 +127,33 @@ impl Containers {
     }
 }
 
+/// What `[checkpoint] restore` is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpointing {
+    Make,
+    Restore,
+}
+
 impl ContainerContext {
+    /// Whether the node's `[checkpoint] restore` lets `what` be done for `subject`
+    /// (`container <id>`, `pod <id>`).
+    pub fn allows(&self, what: Checkpointing, subject: &str) -> Result<(), CheckpointError> {
+        use crate::config::RestorePolicy::{CheckpointOnly, Disabled, Enabled};
+        let policy = match (self.restore_policy, what) {
+            (Enabled, _) | (CheckpointOnly, Checkpointing::Make) => return Ok(()),
+            (CheckpointOnly, Checkpointing::Restore) => "checkpoint-only",
+            (Disabled, _) => "disabled",
+        };
+        Err(CheckpointError::NotAllowed {
+            subject: subject.to_owned(),
+            what: match what {
+                Checkpointing::Make => "checkpointing",
+                Checkpointing::Restore => "restoring a checkpoint",
+            },
+            policy,
+        })
+    }
+
     /// The CRIU binary, found and checked once it first passed (a node without one may get it
     /// installed: a failure is asked again next time).
     pub async fn criu(&self) -> Result<Criu, CriuError> {
@@ -437,4 +473,34 @@ fn unsupported(id: &str, what: String) -> ContainerError {
         what,
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RestorePolicy;
+
+    #[test]
+    fn the_restore_policy_allows_what_it_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let cgroups = crate::sandbox::CgroupSettings::detect(
+            crate::config::CgroupDriver::Cgroupfs,
+            "/crust-unit".into(),
+            dir.path().join("cgroup"),
+        );
+        let mut ctx = ContainerContext::new(dir.path(), dir.path(), cgroups);
+        let asked = |ctx: &ContainerContext| {
+            [Checkpointing::Make, Checkpointing::Restore].map(|w| ctx.allows(w, "pod p").is_ok())
+        };
+        assert_eq!(asked(&ctx), [true, true]);
+        ctx.restore_policy = RestorePolicy::CheckpointOnly;
+        assert_eq!(asked(&ctx), [true, false]);
+        let e = ctx.allows(Checkpointing::Restore, "pod p").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pod p: restoring a checkpoint is disabled on this node ([checkpoint] restore = \"checkpoint-only\")"
+        );
+        ctx.restore_policy = RestorePolicy::Disabled;
+        assert_eq!(asked(&ctx), [false, false]);
+    }
 }

@@ -91,6 +91,9 @@ impl Containers {
                     .into(),
             ));
         }
+        self.ctx
+            .allows(super::Checkpointing::Make, &format!("pod {}", req.pod_id))
+            .map_err(ContainerError::from)?;
         let me = self.clone();
         detached(async move {
             let pod = me.sandboxes.get(&req.pod_id)?;
@@ -136,6 +139,12 @@ impl Containers {
         req: PodRestore,
     ) -> Result<(String, Vec<(String, String)>), ContainerError> {
         refuse_options(&req.options)?;
+        self.ctx
+            .allows(
+                super::Checkpointing::Restore,
+                &format!("pod checkpoint {}", req.checkpoint),
+            )
+            .map_err(ContainerError::from)?;
         let dir = PathBuf::from(&req.checkpoint);
         let manifest = read_manifest(&dir)?;
         let configs = match_configs(&manifest, req.containers)?;
