@@ -566,16 +566,47 @@ async fn a_pod_in_a_user_namespace_may_use_the_nodes_network() {
         ns("/proc/self/ns/user")
     );
     // /sys is the node's (sysfs cannot be mounted without owning the network namespace),
-    // read-only: its interfaces are the node's.
-    let mut host_ifaces: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+    // read-only: it shows the node's interfaces, each with the node's index. Other tests add
+    // and remove bridges meanwhile, so the interfaces there both before and after are compared.
+    let host = || -> std::collections::BTreeMap<String, String> {
+        std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let index =
+                    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex")).ok()?;
+                Some((name, index.trim().to_owned()))
+            })
+            .collect()
+    };
+    let before = host();
+    let listed = e
+        .sh(
+            &cid,
+            "for i in /sys/class/net/*; do echo \"${i##*/} $(cat $i/ifindex)\"; done",
+        )
+        .await;
+    let after = host();
+    let seen: std::collections::BTreeMap<String, String> = listed
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, i)| (n.to_owned(), i.to_owned()))
         .collect();
-    host_ifaces.sort();
-    let listed = e.sh(&cid, "ls /sys/class/net").await;
-    let mut seen: Vec<String> = listed.split_whitespace().map(str::to_owned).collect();
-    seen.sort();
-    assert_eq!(seen, host_ifaces);
+    let stable: Vec<(&String, &String)> = before
+        .iter()
+        .filter(|(n, i)| after.get(*n) == Some(*i) && n.as_str() != "lo")
+        .collect();
+    assert!(
+        !stable.is_empty(),
+        "the node has no interface but lo: {before:?}"
+    );
+    for (name, index) in stable {
+        assert_eq!(
+            seen.get(name),
+            Some(index),
+            "{name}: container sees {seen:?}"
+        );
+    }
     let out = e
         .exec(&cid, &["sh", "-c", "echo 1 > /sys/class/net/lo/mtu"])
         .await;
