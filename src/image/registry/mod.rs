@@ -116,34 +116,19 @@ impl Registries {
         Ok(out)
     }
 
+    /// `ep`'s TLS settings: its own (a host directory's), else `registry.configs` for its host.
     fn tls(&self, ep: &Endpoint) -> Result<Tls, PullError> {
         if let Some(own) = &ep.tls {
-            return host_dir_tls(own);
+            return read_tls(own);
         }
-        let host_cfg = self
-            .config()
-            .configs
-            .get(&ep.host)
-            .cloned()
-            .unwrap_or_default();
-        let ca_pem = match &host_cfg.ca_file {
-            Some(ca) => Some(std::fs::read(ca).map_err(local("reading CA file", ca))?),
-            None => None,
+        let config = self.config();
+        let Some(c) = config.configs.get(&ep.host) else {
+            return Ok(Tls::default());
         };
-        let identity_pem = match (&host_cfg.cert_file, &host_cfg.key_file) {
-            (Some(cert), Some(key)) => {
-                let mut pem =
-                    std::fs::read(cert).map_err(local("reading client certificate", cert))?;
-                pem.push(b'\n');
-                pem.extend(std::fs::read(key).map_err(local("reading client key", key))?);
-                Some(pem)
-            }
-            _ => None,
-        };
-        Ok(Tls {
-            ca_pem,
-            identity_pem,
-            insecure_skip_verify: host_cfg.insecure_skip_verify,
+        read_tls(&endpoint::HostTls {
+            ca_files: c.ca_file.iter().cloned().collect(),
+            client: c.cert_file.clone().zip(c.key_file.clone().map(Some)),
+            skip_verify: Some(c.insecure_skip_verify),
         })
     }
 
@@ -500,8 +485,8 @@ impl Session {
     }
 }
 
-/// A host directory's TLS settings, read now (a pull reads its files anew, as containerd does).
-fn host_dir_tls(own: &endpoint::HostTls) -> Result<Tls, PullError> {
+/// TLS settings with their files read now (a new client reads them anew, as containerd does).
+fn read_tls(own: &endpoint::HostTls) -> Result<Tls, PullError> {
     let mut ca = Vec::new();
     for f in &own.ca_files {
         ca.extend(std::fs::read(f).map_err(local("reading CA file", f))?);
